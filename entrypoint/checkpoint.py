@@ -1,0 +1,217 @@
+"""Safe saves, backup-and-restore, and stopping cleanly on a signal.
+
+- `save_model`: atomic (temp path beside the target, then rename), chief-only where it matters. In MWM saving is
+  collective, so non-chief workers save too, into a private temp dir that is removed.
+- `Backup`: Keras' BackupAndRestore (it already gives MWM's chief/worker dirs and mid-epoch resume), plus a
+  fallback to the previous checkpoint when the newest is corrupt, and Horovod's "rank 0 writes" rule.
+- `StopOnSignal`: SIGTERM/SIGUSR1 set a flag; ranks agree on it with one small all-reduce every few steps so all
+  stop at the same step; then a checkpoint is written and `Preempted` ends the run with EXIT_PREEMPTED.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+from .errors import EXIT_PREEMPTED, DistrainError, EnvironmentProblem
+from .log import get as log
+from .plan import Plan
+
+
+class Preempted(DistrainError):
+    def __init__(self, signame: str, where: str) -> None:
+        super().__init__(f"stopped on {signame} after saving a checkpoint at {where}; rerun to resume",
+                         EXIT_PREEMPTED)
+
+
+def _temp_sibling(path: str, tag: str) -> str:
+    """A hidden path beside `path` with the same suffix (Keras picks the format from it)."""
+    parent, name = os.path.split(os.path.abspath(path))
+    stem, suffix = os.path.splitext(name)
+    if suffix not in (".keras", ".h5", ".hdf5"):
+        stem, suffix = name, ""
+    return os.path.join(parent, f".{stem}.{tag}-{os.getpid()}{suffix}")
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        os.unlink(path)
+
+
+def replace_atomically(tmp: str, path: str) -> None:
+    """Move a finished file or directory onto `path`; the old one stays until the new one is in place."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        old = _temp_sibling(path, "old")
+        os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, path)
+
+
+def check_writable(directory: str, what: str) -> None:
+    """Fail with one clear line when `directory` cannot be created or written (before any training)."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".distrain-probe-"):
+            pass
+    except OSError as exc:
+        raise EnvironmentProblem(
+            f"{what} {directory} is not writable ({exc.strerror}): choose a writable directory"
+        ) from None
+
+
+def save_model(plan: Plan, model: Any, path: str | os.PathLike, save: Callable[..., Any], *args: Any,
+               **kwargs: Any) -> None:
+    """Save so that only the chief's complete copy ever appears at `path`."""
+    path = os.fspath(path)
+    if plan.mode == "horovod" and not plan.is_chief:
+        return  # Horovod variables are plain per-process copies: no collective, nothing to write
+    if not plan.is_chief:
+        private = tempfile.mkdtemp(prefix=f"distrain-save-rank{plan.rank}-")
+        try:  # MWM: every worker must take part in the save; only the chief's copy is kept
+            save(model, os.path.join(private, os.path.basename(path.rstrip("/")) or "model"), *args, **kwargs)
+        finally:
+            shutil.rmtree(private, ignore_errors=True)
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    check_writable(parent, "the model's directory")
+    tmp = _temp_sibling(path, "tmp")
+    try:
+        save(model, tmp, *args, **kwargs)
+        replace_atomically(tmp, path)
+    except BaseException:
+        _remove(tmp)
+        raise
+    log().info(f"saved model to {path}")
+
+
+def make_backup_callback(plan: Plan, keras: Any) -> Any:
+    """A BackupAndRestore for this plan (built lazily: it needs the Keras module setup chose)."""
+
+    class Backup(keras.callbacks.BackupAndRestore):
+        """BackupAndRestore that survives a corrupt newest checkpoint and follows Horovod's rank-0 rule."""
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            self._restore_guarded(super().on_train_begin)
+            state = self._training_state
+            if plan.mode == "horovod" and not plan.is_chief:
+                state.back_up = lambda *a, **k: None  # only rank 0 writes
+                state.delete_backup = lambda: None
+            for manager in {id(m): m for m in (state.read_checkpoint_manager, state.write_checkpoint_manager)}.values():
+                manager._max_to_keep = 2  # keep one older checkpoint to fall back to
+
+        def _restore_guarded(self, begin: Callable[..., Any]) -> None:
+            chief_dir = os.path.join(self.backup_dir, "chief")
+            while True:
+                try:
+                    begin()
+                    break
+                except Exception as exc:  # noqa: BLE001 - TF raises many types for a corrupt checkpoint
+                    newest = _newest_checkpoint(chief_dir)
+                    if newest is None:
+                        raise
+                    log().warning(f"checkpoint {newest} is unreadable ({type(exc).__name__}); falling back")
+                    _drop_checkpoint(chief_dir, newest)
+            epoch = int(self._training_state._ckpt_saved_epoch.numpy())
+            if epoch >= 0 and plan.is_chief:
+                log().info(f"resumed from checkpoint in {chief_dir} (epoch {epoch + 1} done)")
+
+        def stop_now(self, epoch: int, batch: int) -> str:
+            """Write a checkpoint that resumes at the right place after a signal."""
+            if self.save_freq == "epoch":
+                # epoch-level resume restarts at saved_epoch + 1: mark the interrupted epoch as not done
+                self._training_state._ckpt_saved_epoch.assign(epoch - 1)
+                self._backup(epoch=epoch - 1)
+                return f"epoch {epoch} (restarts that epoch)"
+            self._backup(epoch=epoch, batch=batch)
+            return f"epoch {epoch} step {batch}"
+
+    save_freq: Any = plan.checkpoint_every or "epoch"
+    return Backup(backup_dir=plan.checkpoint_dir, save_freq=save_freq)
+
+
+def _newest_checkpoint(directory: str) -> str | None:
+    indexes = glob.glob(os.path.join(directory, "ckpt-*.index"))
+    if not indexes:
+        return None
+    return max((p[: -len(".index")] for p in indexes), key=lambda p: int(p.rsplit("-", 1)[1]))
+
+
+def _drop_checkpoint(directory: str, prefix: str) -> None:
+    """Move a bad checkpoint aside and point the index at the newest remaining one."""
+    for path in glob.glob(prefix + ".*"):
+        os.replace(path, path + ".corrupt")
+    remaining = _newest_checkpoint(directory)
+    index = os.path.join(directory, "checkpoint")
+    if remaining is None:
+        _remove(index)
+        return
+    name = os.path.basename(remaining)
+    with open(index + ".tmp", "w") as handle:
+        handle.write(f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n')
+    os.replace(index + ".tmp", index)
+
+
+class SignalFlag:
+    """Records SIGTERM/SIGUSR1 instead of dying at a random point; the training loop reacts at a step end."""
+
+    def __init__(self) -> None:
+        self.signame: str | None = None
+
+    def install(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGUSR1):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:  # noqa: ARG002
+        self.signame = signal.Signals(signum).name
+        log().warning(f"received {self.signame}: will checkpoint and stop at the next agreed step")
+
+
+FLAG = SignalFlag()
+
+
+def make_stop_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Any) -> Any:
+    """Stop every rank at the same step once any rank got a signal, with a checkpoint first."""
+    every = max(1, int(os.environ.get("DISTRAIN_SIGNAL_CHECK_EVERY", "10")))
+    sync = None
+    if plan.size > 1 and engine.hvd is None:
+        strategy = engine.strategy
+
+        @tf.function
+        def sync(flag):  # noqa: ANN001, ANN202 - in-graph: an eager collective costs far more than the step
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.identity(flag)), axis=None)
+
+    def agreed() -> bool:
+        local = tf.constant(1.0 if FLAG.signame else 0.0)
+        if plan.size == 1:
+            return bool(FLAG.signame)
+        if engine.hvd is not None:
+            return bool(engine.hvd.allreduce(local, op=engine.hvd.Sum, name="distrain_stop").numpy() > 0)
+        return bool(sync(local).numpy() > 0)  # ReduceOp has no MAX: any rank's flag makes the sum > 0
+
+    class StopOnSignal(keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self._supports_tf_logs = True  # no per-step conversion of logs to numpy (a sync point)
+            self._epoch = 0
+            self._steps = 0
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self._epoch = epoch
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            self._steps += 1
+            if self._steps % every or not agreed():
+                return
+            where = backup.stop_now(self._epoch, batch) if backup is not None else "no checkpoint (disabled)"
+            raise Preempted(FLAG.signame or "a signal on another rank", where)
+
+    return StopOnSignal()

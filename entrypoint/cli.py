@@ -1,0 +1,247 @@
+"""The `distrain` command (typer). Thin: parse, call the module that does the work, print, exit.
+
+Errors distrain detects print one line, `distrain: error: ...`, and exit with a code from `errors`; the user
+script's own traceback and exit code pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import platform
+import sys
+import traceback
+from typing import Optional
+
+import typer
+
+from . import __version__
+from .errors import EXIT_ENVIRONMENT, DistrainError
+from .plan import PROXY_VARS, Plan, detect
+
+HELP = """Run an unmodified Keras/TensorFlow train.py on one GPU, all GPUs of a node, or many nodes.
+
+distrain reads the environment (Slurm, MPI/Horovod, TF_CONFIG, DISTRAIN_*) into a Plan, pins GPUs, builds the
+distribution strategy and runs your script under it.
+
+\b
+  distrain run train.py --epochs 3      run here, in the mode the environment implies
+  distrain train.py --epochs 3          the same (what the container image runs)
+  distrain launch -n 2 train.py         N local MultiWorkerMirrored workers, no Slurm needed
+  distrain plan [--json]                what would run here, and why
+  distrain doctor                       plan + versions, GPUs, proxies, caches, problems
+
+\b
+Exit codes: 0 ok · 1 (or the script's own code) the script failed · 2 bad input/configuration ·
+3 this machine cannot run it (no GPU, no Horovod, unwritable dir) · 4 a launched worker died ·
+75 stopped on SIGTERM/SIGUSR1 after a checkpoint (requeue and rerun to resume).
+"""
+
+app = typer.Typer(help=HELP, add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
+                  rich_markup_mode=None)
+COMMANDS = ("run", "launch", "plan", "doctor", "data", "bench", "image", "--help", "-h", "--version")
+
+
+def fail(message: str, code: int) -> None:
+    sys.stderr.write(f"distrain: error: {message}\n")
+    raise typer.Exit(code)
+
+
+def reports_errors(func):  # noqa: ANN001, ANN201
+    """Turn DistrainError into one line on stderr and its exit code."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):  # noqa: ANN202
+        try:
+            return func(*args, **kwargs)
+        except DistrainError as exc:
+            fail(str(exc), exc.exit_code)
+
+    return wrapper
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"distrain {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """distrain: one train.py, every mode."""
+
+
+PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": ["--distrain-help"]}
+
+
+SCRIPT_ARG = typer.Argument(..., help="The training script; its arguments follow.")
+
+
+@app.command(context_settings=PASS_THROUGH)
+@reports_errors
+def run(ctx: typer.Context, script: str = SCRIPT_ARG) -> None:
+    """Run SCRIPT (with its arguments) in the mode the environment implies. See `distrain plan`."""
+    from . import log, runner, runtime
+
+    path = runner.check_script(script)
+    plan = detect(os.environ, script=path)
+    runtime.STATE.plan = plan
+    logger = log.configure(plan.prefix)
+    if plan.checkpoint_dir and os.environ.get("DISTRAIN_HOOKS", "1") != "0":
+        from .checkpoint import check_writable
+
+        check_writable(plan.checkpoint_dir, "the checkpoint directory (DISTRAIN_CHECKPOINT_DIR)")
+    if plan.is_chief:
+        logger.info(f"{plan.mode} on {plan.size} worker(s); devices {','.join(plan.devices) or 'CPU'}; "
+                    f"{dict(plan.reasons)['mode']}")
+    engine = runtime.setup(plan)
+    try:
+        runner.run_script(path, list(ctx.args), engine)
+    except SystemExit:
+        raise
+    except DistrainError:
+        raise
+    except BaseException:  # the script's own error: its traceback, once, then Python's usual exit code 1
+        traceback.print_exc()
+        sys.stderr.flush()
+        raise typer.Exit(1) from None
+
+
+@app.command(context_settings=PASS_THROUGH)
+@reports_errors
+def launch(
+    ctx: typer.Context,
+    script: str = SCRIPT_ARG,
+    n: int = typer.Option(2, "-n", "--workers", help="Number of local workers."),
+    port: Optional[int] = typer.Option(None, "--port", help="First port (default: free ports chosen now)."),
+) -> None:
+    """Start N local MultiWorkerMirroredStrategy workers for SCRIPT; stop all if one dies."""
+    from . import launcher, runner
+
+    runner.check_script(script)
+    raise typer.Exit(launcher.launch(n, script, list(ctx.args), port=port))
+
+
+def _table(rows: list[tuple[str, str, str]]) -> str:
+    width = max(len(r[0]) for r in rows)
+    vwidth = min(max(len(r[1]) for r in rows), 48)
+    return "\n".join(f"{k:<{width}}  {v:<{vwidth}}  {why}".rstrip() for k, v, why in rows)
+
+
+def _print_plan(plan: Plan) -> None:
+    typer.echo(_table(plan.rows()))
+    for warning in plan.warnings:
+        typer.echo(f"warning: {warning}")
+    resume = _resume_note(plan)
+    if resume:
+        typer.echo(resume)
+
+
+def _resume_note(plan: Plan) -> str | None:
+    from .checkpoint import _newest_checkpoint
+
+    if not plan.checkpoint_dir:
+        return None
+    newest = _newest_checkpoint(os.path.join(plan.checkpoint_dir, "chief"))
+    return f"resume: a checkpoint exists ({newest}); the next fit() resumes from it" if newest else None
+
+
+@app.command("plan")
+@reports_errors
+def plan_cmd(
+    script: Optional[str] = typer.Argument(None, help="Script name (only names the checkpoint dir)."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Print what would run here, and why, without importing TensorFlow."""
+    plan = detect(os.environ, script=script)
+    if as_json:
+        data = plan.to_dict()
+        data["resume"] = _resume_note(plan)
+        typer.echo(json.dumps(data, indent=2, sort_keys=True))
+    else:
+        _print_plan(plan)
+
+
+@app.command()
+def doctor() -> None:
+    """Show the Plan, versions (TensorFlow, Keras, Horovod, CUDA), GPUs, proxies and caches; report problems."""
+    problems: list[str] = []
+    typer.echo(f"distrain {__version__}, Python {platform.python_version()}, {platform.node()}")
+    plan = None
+    try:
+        plan = detect(os.environ)
+        _print_plan(plan)
+    except DistrainError as exc:
+        problems.append(str(exc))
+    typer.echo("")
+    proxies = [v for v in PROXY_VARS if os.environ.get(v)]
+    typer.echo(f"proxies: {' '.join(proxies) if proxies else 'none set'}"
+               + (" (unset for MWM by distrain run)" if proxies else ""))
+    try:
+        from .images import cache_dirs
+
+        dirs, note = cache_dirs(os.environ)
+        where = ", ".join(f"{k}={v}" for k, v in dirs.items())
+        typer.echo(f"apptainer cache: {where}" + (f" ({note})" if note else ""))
+    except DistrainError as exc:
+        problems.append(str(exc))
+    except ImportError:
+        pass
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if plan is None or plan.keras == "legacy":
+        os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    try:
+        import tensorflow as tf
+
+        build = tf.sysconfig.get_build_info()
+        typer.echo(f"tensorflow: {tf.__version__} (CUDA build: {build.get('is_cuda_build', False)}, "
+                   f"CUDA {build.get('cuda_version', '-')}, cuDNN {build.get('cudnn_version', '-')})")
+        typer.echo(f"keras: {tf.keras.__name__.split('.')[0]} {getattr(tf.keras, '__version__', '?')}")
+        gpus = tf.config.list_physical_devices("GPU")
+        typer.echo(f"GPUs seen by TensorFlow: {len(gpus)} {[g.name for g in gpus] if gpus else ''}".rstrip())
+        if plan and plan.require_gpu and not gpus:
+            from .devices import NO_GPU_HINT
+
+            problems.append(NO_GPU_HINT)
+    except ImportError as exc:
+        problems.append(f"TensorFlow does not import: {exc}")
+    try:
+        import horovod
+        import horovod.tensorflow as hvd
+
+        typer.echo(f"horovod: {horovod.__version__} (tensorflow: yes, mpi: {hvd.mpi_built()}, "
+                   f"gloo: {hvd.gloo_built()}, nccl: {hvd.nccl_built()})")
+    except ImportError as exc:
+        typer.echo(f"horovod: not available ({exc})")
+        if plan and plan.mode == "horovod":
+            problems.append("Horovod mode but Horovod does not import")
+    if problems:
+        for problem in problems:
+            typer.echo(f"problem: {problem}", err=True)
+        raise typer.Exit(EXIT_ENVIRONMENT)
+    typer.echo("no problems found")
+
+
+@app.command()
+@reports_errors
+def data(
+    out_dir: str = typer.Argument(..., help="Directory for the TFRecord shards."),
+    shards: int = typer.Option(8, "--shards", help="Number of files (at least the number of workers)."),
+) -> None:
+    """Write scikit-learn's bundled digits as TFRecord shards (for examples/tfrecord_digits.py)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from .data import write_digits
+
+    paths = write_digits(out_dir, shards)
+    typer.echo(f"wrote {len(paths)} shards to {out_dir}")
+
+
+def main() -> None:
+    """Console entry: `distrain train.py ...` is `distrain run train.py ...` (what the image runs)."""
+    argv = sys.argv[1:]
+    if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
+        argv = ["run", *argv]
+    app(args=argv, prog_name="distrain")

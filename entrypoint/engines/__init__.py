@@ -1,0 +1,52 @@
+"""The distribution engines behind one small interface: build(plan, tf) -> Engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..plan import Plan
+
+
+@dataclass
+class Engine:
+    """What setup built: a tf.distribute strategy (None = TensorFlow's default) and, for Horovod, its module."""
+
+    plan: Plan
+    strategy: Any = None
+    hvd: Any = None
+
+    @property
+    def rank(self) -> int:
+        return int(self.hvd.rank()) if self.hvd else self.plan.rank
+
+    @property
+    def size(self) -> int:
+        return int(self.hvd.size()) if self.hvd else self.plan.size
+
+    @property
+    def local_rank(self) -> int:
+        return int(self.hvd.local_rank()) if self.hvd else self.plan.local_rank
+
+
+def build(plan: Plan, tf) -> Engine:  # noqa: ANN001 - the tensorflow module
+    if plan.mode == "horovod":
+        from . import horovod
+
+        return Engine(plan, hvd=horovod.init(plan, tf))
+    if plan.mode == "mwm":
+        from . import mwm
+
+        return Engine(plan, strategy=mwm.build(plan, tf))
+    if plan.mode == "mirrored":
+        return Engine(plan, strategy=_mirrored(plan, tf))
+    return Engine(plan, strategy=None)  # single: TensorFlow's default strategy, zero overhead
+
+
+def _mirrored(plan: Plan, tf):  # noqa: ANN001, ANN202
+    cross = None
+    if plan.collective == "ring":
+        cross = tf.distribute.HierarchicalCopyAllReduce()
+    elif plan.collective == "nccl":
+        cross = tf.distribute.NcclAllReduce()
+    return tf.distribute.MirroredStrategy(cross_device_ops=cross)

@@ -1,0 +1,404 @@
+"""Environment → Plan: every decision distrain makes, as one pure function of the environment.
+
+`detect(env)` imports no TensorFlow and touches nothing: it reads a mapping (and, unless told, the GPU device
+files) and returns a frozen `Plan`. Everything after it (`setup`, the engines, the runner) only carries the
+Plan out, so `distrain plan` shows exactly what a run will do, and every decision is unit-testable.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import pwd
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import slurm
+from .errors import ConfigError
+
+MODES = ("single", "mirrored", "mwm", "horovod")
+COLLECTIVES = ("auto", "ring", "nccl")
+PROXY_VARS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")
+
+# Launch variables of MPI / PMI / horovodrun: (rank, size, local rank, local size), first match wins.
+_LAUNCH_VARS = (
+    ("horovodrun", ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE")),
+    ("mpirun (Open MPI)", ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                           "OMPI_COMM_WORLD_LOCAL_SIZE")),
+    ("PMIx", ("PMIX_RANK", "SLURM_NTASKS", "SLURM_LOCALID", None)),
+    ("PMI", ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")),
+)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What this process will run. Immutable; `distrain plan` prints it, `setup` applies it."""
+
+    mode: str
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    launcher: str
+    gpus_visible: tuple[str, ...]
+    devices: tuple[str, ...]
+    collective: str
+    keras: str
+    require_gpu: bool
+    cluster: tuple[str, ...] = ()
+    tf_config: str | None = None
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0
+    collective_timeout: float | None = None
+    env_set: tuple[tuple[str, str], ...] = ()
+    env_unset: tuple[str, ...] = ()
+    reasons: tuple[tuple[str, str], ...] = field(default=())
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def is_chief(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def prefix(self) -> str:
+        """The log prefix of this process: [rank/size]."""
+        return f"[{self.rank}/{self.size}]"
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["is_chief"] = self.is_chief
+        data["reasons"] = dict(self.reasons)
+        data["env_set"] = dict(self.env_set)
+        data["env_unset"] = list(self.env_unset)
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        """(field, value, why) rows for the table that `distrain plan` prints."""
+        why = dict(self.reasons)
+        devices = ",".join(self.devices) if self.devices else "CPU"
+        rows = [
+            ("mode", self.mode, why.get("mode", "")),
+            ("launcher", self.launcher, why.get("launcher", "")),
+            ("rank", f"{self.rank} of {self.size}" + (" (chief)" if self.is_chief else ""), why.get("rank", "")),
+            ("local rank", f"{self.local_rank} of {self.local_size}", why.get("local_rank", "")),
+            ("GPUs visible", ",".join(self.gpus_visible) or "none", why.get("gpus", "")),
+            ("devices", devices, why.get("devices", "")),
+            ("collective", self.collective, why.get("collective", "")),
+            ("keras", self.keras, why.get("keras", "")),
+        ]
+        if self.cluster:
+            rows.append(("cluster", " ".join(self.cluster), why.get("cluster", "")))
+        rows.append(("checkpoint", self.checkpoint_dir or "off", why.get("checkpoint", "")))
+        if self.env_unset:
+            rows.append(("unset", " ".join(self.env_unset), why.get("unset", "")))
+        return rows
+
+
+def probe_gpus(env: Mapping[str, str]) -> tuple[str, ...]:
+    """GPU ids this process may use, without CUDA: CUDA_VISIBLE_DEVICES if set, else /dev/nvidiaN nodes.
+
+    Slurm, `docker --gpus` and `apptainer --nv` all narrow one of these, and neither needs `nvidia-smi`.
+    """
+    cvd = env.get("CUDA_VISIBLE_DEVICES")
+    if cvd is not None:
+        ids = [d.strip() for d in cvd.split(",") if d.strip()]
+        if not ids or ids[0] in ("-1", "NoDevFiles") or ids[0].startswith("-"):
+            return ()
+        return tuple(ids)
+    nodes = [p for p in glob.glob("/dev/nvidia[0-9]*") if re.fullmatch(r"/dev/nvidia\d+", p)]
+    return tuple(sorted((p.removeprefix("/dev/nvidia") for p in nodes), key=int))
+
+
+def _flag(env: Mapping[str, str], name: str, default: bool = False) -> bool:
+    value = env.get(name, "").strip().lower()
+    if value == "":
+        return default
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name}={env[name]!r}: expected 1 or 0")
+
+
+def _int(env: Mapping[str, str], name: str) -> int | None:
+    value = env.get(name)
+    if value in (None, ""):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"{name}={value!r} is not a number") from None
+
+
+def _slurm_step_tasks(env: Mapping[str, str]) -> int:
+    """Number of tasks of the enclosing srun step (0 outside one). The batch script itself is a 1-task step."""
+    if "SLURM_PROCID" not in env or "SLURM_STEP_ID" not in env:
+        return 0
+    raw = env.get("SLURM_STEP_NUM_TASKS") or "1"
+    return int(raw) if raw.isdigit() else 0
+
+
+def _launch_vars(env: Mapping[str, str]) -> tuple[str, tuple[int, int, int, int | None]] | None:
+    for launcher, names in _LAUNCH_VARS:
+        if env.get(names[0]) in (None, ""):
+            continue
+        values = [_int(env, n) if n else None for n in names]
+        rank = values[0]
+        size = values[1] if values[1] is not None else 1
+        local = values[2] if values[2] is not None else 0
+        return f"{launcher} ({names[0]} set)", (rank, size, local, values[3])
+    return None
+
+
+def _parse_tf_config(raw: str) -> tuple[list[str], int]:
+    try:
+        config = json.loads(raw)
+        workers = list(config["cluster"]["worker"])
+        task = config["task"]
+        index = int(task.get("index", 0))
+        task_type = task.get("type", "worker")
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(
+            f"TF_CONFIG is not valid ({exc.__class__.__name__}: {exc}); expected "
+            '{"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", "index": N}}'
+        ) from None
+    if set(config["cluster"]) - {"worker", "chief"} or task_type not in ("worker", "chief"):
+        raise ConfigError("TF_CONFIG describes a parameter-server cluster: distrain runs worker-only MWM")
+    if "chief" in config["cluster"]:
+        chief = list(config["cluster"]["chief"])
+        index = index if task_type == "chief" else index + len(chief)
+        workers = chief + workers
+    if not workers or not 0 <= index < len(workers):
+        raise ConfigError(f"TF_CONFIG task index {index} is outside its {len(workers)} workers")
+    return workers, index
+
+
+def _pick_devices(mode: str, gpus: tuple[str, ...], local_rank: int, local_size: int) -> tuple[tuple[str, ...], str]:
+    if not gpus:
+        return (), "no GPU visible: CPU"
+    if mode == "mirrored":
+        return gpus, f"all {len(gpus)} visible GPUs in one process"
+    if mode == "single":
+        note = " (restricted so XLA does not spread over the others)" if len(gpus) > 1 else ""
+        return gpus[:1], f"one GPU{note}"
+    if len(gpus) == 1:
+        return gpus, "the one GPU this task was given"
+    if len(gpus) >= local_size:
+        return (gpus[local_rank],), f"GPU by local rank {local_rank} of {len(gpus)} visible"
+    raise ConfigError(
+        f"{local_size} tasks on this node share {len(gpus)} visible GPUs: ask for one GPU per task "
+        f"(--gpus-per-task=1, or --ntasks-per-node equal to the GPUs per node)"
+    )
+
+
+def default_output_dir(env: Mapping[str, str]) -> str:
+    """Where distrain writes by default: DISTRAIN_OUTPUT_DIR, else scratch space, never $HOME."""
+    if env.get("DISTRAIN_OUTPUT_DIR"):
+        return env["DISTRAIN_OUTPUT_DIR"]
+    for name in ("SCRATCH", "WORK"):
+        if env.get(name):
+            return os.path.join(env[name], "distrain")
+    user = env.get("USER") or env.get("LOGNAME") or pwd.getpwuid(os.getuid()).pw_name
+    return os.path.join("/tmp", user, "distrain")
+
+
+def _checkpoint_dir(env: Mapping[str, str], script: str | None) -> tuple[str | None, str]:
+    if not _flag(env, "DISTRAIN_CHECKPOINT", default=True):
+        return None, "DISTRAIN_CHECKPOINT=0"
+    if env.get("DISTRAIN_CHECKPOINT_DIR"):
+        return env["DISTRAIN_CHECKPOINT_DIR"], "DISTRAIN_CHECKPOINT_DIR"
+    run_id = env.get("SLURM_ARRAY_JOB_ID") and f"{env['SLURM_ARRAY_JOB_ID']}_{env.get('SLURM_ARRAY_TASK_ID', '0')}"
+    run_id = run_id or env.get("SLURM_JOB_ID") or env.get("DISTRAIN_RUN_ID") or "local"
+    stem = Path(script).stem if script else "script"
+    path = os.path.join(default_output_dir(env), "checkpoints", f"{run_id}-{stem}")
+    return path, "per job id under the output dir (DISTRAIN_OUTPUT_DIR / $SCRATCH / $WORK / /tmp/$USER)"
+
+
+def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: str | None = None) -> Plan:
+    """Decide mode, ranks, devices and cluster from the environment. Pure: no TensorFlow, no side effects.
+
+    `gpus` overrides the probe of visible GPU ids (tests pass it; None probes CUDA_VISIBLE_DEVICES//dev).
+    """
+    gpus = tuple(gpus) if gpus is not None else probe_gpus(env)
+    reasons: dict[str, str] = {}
+    warnings: list[str] = []
+    requested = (env.get("DISTRAIN_MODE") or "auto").strip().lower()
+    if requested not in (*MODES, "auto"):
+        raise ConfigError(f"unknown DISTRAIN_MODE={requested!r}: use one of auto, {', '.join(MODES)}")
+    step_tasks = _slurm_step_tasks(env)
+    launch = _launch_vars(env)
+    if launch and launch[0].startswith("PMI") and step_tasks > 1:
+        launch_ambiguous = launch
+        launch = None
+    else:
+        launch_ambiguous = None
+    tf_config = env.get("TF_CONFIG") or None
+
+    if requested != "auto":
+        mode = requested
+        reasons["mode"] = f"DISTRAIN_MODE={requested}"
+    elif launch:
+        mode = "horovod"
+        reasons["mode"] = f"launched by {launch[0]}"
+    elif tf_config:
+        mode = "mwm"
+        reasons["mode"] = "TF_CONFIG is set"
+    elif step_tasks > 1:
+        mode = "mwm"
+        reasons["mode"] = f"Slurm step with {step_tasks} tasks"
+        if launch_ambiguous:
+            reasons["mode"] += f" ({launch_ambiguous[0]} variables too: set DISTRAIN_MODE=horovod for Horovod)"
+    elif len(gpus) > 1:
+        mode = "mirrored"
+        reasons["mode"] = f"{len(gpus)} GPUs visible to one process"
+    else:
+        mode = "single"
+        reasons["mode"] = "one process, " + ("one GPU" if gpus else "no GPU")
+
+    rank, size, local_rank, local_size = 0, 1, 0, 1
+    launcher = "none"
+    cluster: tuple[str, ...] = ()
+    new_tf_config: str | None = None
+
+    if mode in ("single", "mirrored"):
+        if step_tasks > 1:
+            raise ConfigError(
+                f"DISTRAIN_MODE={mode} runs one process but this Slurm step has {step_tasks} tasks: "
+                "use --ntasks=1, or DISTRAIN_MODE=mwm / horovod"
+            )
+        if mode == "mirrored" and len(gpus) < 2:
+            warnings.append(f"mirrored mode with {len(gpus)} GPU(s): it will train on one device")
+        launcher = "srun" if step_tasks else "none"
+    elif mode == "mwm":
+        if tf_config:
+            workers, rank = _parse_tf_config(tf_config)
+            cluster, size = tuple(workers), len(workers)
+            host = workers[rank].rsplit(":", 1)[0]
+            same_host = [i for i, w in enumerate(workers) if w.rsplit(":", 1)[0] == host]
+            local_rank, local_size = same_host.index(rank), len(same_host)
+            if env.get("DISTRAIN_LOCAL_RANK") and env.get("DISTRAIN_LOCAL_SIZE"):
+                local_rank, local_size = int(env["DISTRAIN_LOCAL_RANK"]), int(env["DISTRAIN_LOCAL_SIZE"])
+            launcher = "distrain launch" if env.get("DISTRAIN_LAUNCHER") else "TF_CONFIG"
+            reasons["cluster"] = "from TF_CONFIG, used as is"
+        elif step_tasks >= 1:
+            step = slurm.read_step(env)
+            size, rank = step.size, step.rank
+            local_rank, local_size = step.local_id, step.tasks_per_node[step.node_id]
+            base = slurm.port_base(step, size, env.get("DISTRAIN_PORT_BASE"))
+            cluster = tuple(slurm.worker_addresses(step, base))
+            new_tf_config = json.dumps(
+                {"cluster": {"worker": list(cluster)}, "task": {"type": "worker", "index": rank}}
+            )
+            launcher = "srun"
+            source = "DISTRAIN_PORT_BASE" if env.get("DISTRAIN_PORT_BASE") else f"job {step.job_id}.{step.step_id}"
+            reasons["cluster"] = (
+                f"Slurm {step.distribution} layout of {','.join(step.hosts)}; ports {base}+rank ({source})"
+            )
+        else:
+            raise ConfigError(
+                "DISTRAIN_MODE=mwm outside any cluster: run under srun with several tasks, use "
+                "`distrain launch -n N`, or set TF_CONFIG"
+            )
+        reasons["rank"] = "task index in the cluster"
+    else:  # horovod
+        source = launch or launch_ambiguous
+        if source:
+            launcher, (rank, size, local_rank, local_size_opt) = source
+            launcher = launcher.split(" (")[0]
+            if local_size_opt is None and step_tasks:
+                step = slurm.read_step(env)
+                local_size_opt = step.tasks_per_node[step.node_id]
+            local_size = local_size_opt or 1
+            reasons["rank"] = f"from {launcher}'s variables; confirmed by hvd.rank() at start"
+        else:
+            launcher = "none"
+            reasons["rank"] = "no MPI/Gloo launcher: one Horovod process"
+        if step_tasks > 1 and not source:
+            raise ConfigError(
+                "DISTRAIN_MODE=horovod in a Slurm step without MPI/PMI variables: launch with "
+                "srun --mpi=pmix (see `srun --mpi=list`), or mpirun/horovodrun"
+            )
+    if not 0 <= rank < size:
+        raise ConfigError(f"rank {rank} is outside world size {size}: the launcher's variables disagree")
+    if not 0 <= local_rank < max(local_size, 1):
+        raise ConfigError(f"local rank {local_rank} is outside local size {local_size}")
+
+    devices, reasons["devices"] = _pick_devices(mode, gpus, local_rank, local_size)
+    reasons["gpus"] = "CUDA_VISIBLE_DEVICES" if env.get("CUDA_VISIBLE_DEVICES") is not None else "/dev/nvidia*"
+    require_gpu = _flag(env, "DISTRAIN_REQUIRE_GPU")
+    if require_gpu and not gpus:
+        reasons["devices"] = "no GPU visible but DISTRAIN_REQUIRE_GPU=1"
+
+    collective = (env.get("DISTRAIN_COLLECTIVE") or "auto").strip().lower()
+    if collective not in COLLECTIVES:
+        raise ConfigError(f"unknown DISTRAIN_COLLECTIVE={collective!r}: use auto, ring or nccl")
+    reasons["collective"] = "DISTRAIN_COLLECTIVE" if env.get("DISTRAIN_COLLECTIVE") else "TensorFlow chooses"
+    if mode == "horovod":
+        reasons["collective"] = "Horovod's own (NCCL/MPI/Gloo)"
+    timeout_raw = env.get("DISTRAIN_COLLECTIVE_TIMEOUT")
+    collective_timeout = None
+    if timeout_raw:
+        try:
+            collective_timeout = float(timeout_raw)
+        except ValueError:
+            raise ConfigError(f"DISTRAIN_COLLECTIVE_TIMEOUT={timeout_raw!r} is not a number of seconds") from None
+
+    keras = (env.get("DISTRAIN_KERAS") or "legacy").strip().lower()
+    if keras not in ("legacy", "keras3"):
+        raise ConfigError(f"unknown DISTRAIN_KERAS={keras!r}: use legacy (tf_keras) or keras3")
+    reasons["keras"] = (
+        "tf_keras: Keras 3 fit() breaks under MWM (keras#20585) and Horovod's Keras API"
+        if keras == "legacy"
+        else "DISTRAIN_KERAS=keras3"
+    )
+    if keras == "keras3" and size > 1 and mode in ("mwm", "horovod"):
+        warnings.append(f"Keras 3 with {mode} and {size} workers: fit() does not distribute correctly")
+
+    env_set: dict[str, str] = {}
+    env_unset: list[str] = []
+    if keras == "legacy":
+        env_set["TF_USE_LEGACY_KERAS"] = "1"
+    if new_tf_config:
+        env_set["TF_CONFIG"] = new_tf_config
+    if mode != "horovod" and (devices or gpus):
+        env_set["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
+    if mode == "mwm":
+        env_unset = [v for v in PROXY_VARS if env.get(v)]
+        if env_unset:
+            reasons["unset"] = "gRPC would send MWM's traffic to the proxy and hang"
+
+    checkpoint_dir, reasons["checkpoint"] = _checkpoint_dir(env, script)
+    every = _int(env, "DISTRAIN_CHECKPOINT_EVERY") or 0
+    if every < 0:
+        raise ConfigError("DISTRAIN_CHECKPOINT_EVERY must be a number of steps >= 0")
+    reasons["launcher"] = reasons.get("launcher", "what started this process")
+    reasons["local_rank"] = "ranks on this host; picks the GPU"
+
+    return Plan(
+        mode=mode,
+        rank=rank,
+        size=size,
+        local_rank=local_rank,
+        local_size=local_size,
+        launcher=launcher,
+        gpus_visible=gpus,
+        devices=devices,
+        collective=collective,
+        keras=keras,
+        require_gpu=require_gpu,
+        cluster=cluster,
+        tf_config=new_tf_config,
+        checkpoint_dir=checkpoint_dir,
+        checkpoint_every=every,
+        collective_timeout=collective_timeout,
+        env_set=tuple(sorted(env_set.items())),
+        env_unset=tuple(env_unset),
+        reasons=tuple(sorted(reasons.items())),
+        warnings=tuple(warnings),
+    )

@@ -1,0 +1,121 @@
+"""Run an unmodified user script under the engine, with the zero-code hooks.
+
+The hooks patch the Keras `Model` class in use (tf_keras by default): `compile` wraps the optimizer for Horovod,
+`fit` adds the broadcast / metric-average / checkpoint / signal callbacks and silences progress on non-chief
+ranks, `save` goes through the atomic, chief-only `checkpoint.save_model`. DISTRAIN_HOOKS=0 turns them all off
+(for scripts that already distribute themselves); the public API works either way.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import runpy
+import sys
+import threading
+from typing import Any
+
+from . import checkpoint
+from .engines import Engine
+from .errors import ConfigError
+from .log import get as log
+
+_inside = threading.local()
+
+
+def check_script(script: str) -> str:
+    """Refuse a missing or non-Python script before anything slow happens."""
+    if not os.path.isfile(script):
+        raise ConfigError(
+            f"training script {script!r} not found (relative to {os.getcwd()}): check the path and bind mounts"
+        )
+    if not script.endswith(".py"):
+        with open(script, "rb") as handle:
+            head = handle.read(200)
+        if not head.startswith(b"#!") or b"python" not in head.split(b"\n", 1)[0]:
+            raise ConfigError(f"{script!r} is not a Python script (expected a .py file)")
+    return os.path.abspath(script)
+
+
+def _once(method):  # noqa: ANN001, ANN202
+    """Apply a hook only at the outermost call (a subclass's fit calling super().fit is one fit)."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):  # noqa: ANN001, ANN202
+        key = method.__name__
+        if getattr(_inside, key, False):
+            return wrapper.__wrapped_original__(self, *args, **kwargs)
+        setattr(_inside, key, True)
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            setattr(_inside, key, False)
+
+    return wrapper
+
+
+def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
+    plan = engine.plan
+    model_cls = keras.Model
+    if getattr(model_cls, "_distrain_hooked", False):
+        return
+    orig_fit, orig_compile, orig_save = model_cls.fit, model_cls.compile, model_cls.save
+    fit_sig = inspect.signature(orig_fit)
+    compile_sig = inspect.signature(orig_compile)
+
+    @_once
+    def fit(self, *args, **kwargs):  # noqa: ANN001, ANN202
+        bound = fit_sig.bind(self, *args, **kwargs)
+        args_ = bound.arguments
+        user = list(args_.get("callbacks") or [])
+        before, after = [], []
+        if engine.hvd is not None:
+            before += [engine.hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+                       engine.hvd.callbacks.MetricAverageCallback()]
+        backup = None
+        if plan.checkpoint_dir and not any(isinstance(c, keras.callbacks.BackupAndRestore) for c in user):
+            backup = checkpoint.make_backup_callback(plan, keras)
+            after.append(backup)
+        after.append(checkpoint.make_stop_callback(plan, keras, tf, engine, backup))
+        args_["callbacks"] = before + user + after
+        if not plan.is_chief:
+            args_["verbose"] = 0
+        elif "verbose" not in args_ and not sys.stdout.isatty():
+            args_["verbose"] = 2  # one line per epoch in batch logs instead of a progress bar per step
+        return orig_fit(*bound.args, **bound.kwargs)
+
+    @_once
+    def compile(self, *args, **kwargs):  # noqa: ANN001, ANN202, A001
+        if engine.hvd is not None:
+            bound = compile_sig.bind(self, *args, **kwargs)
+            optimizer = keras.optimizers.get(bound.arguments.get("optimizer", "rmsprop"))
+            if not getattr(optimizer, "_distrain_wrapped", False):
+                optimizer = engine.hvd.DistributedOptimizer(optimizer)
+                optimizer._distrain_wrapped = True
+            bound.arguments["optimizer"] = optimizer
+            return orig_compile(*bound.args, **bound.kwargs)
+        return orig_compile(self, *args, **kwargs)
+
+    def save(self, filepath, *args, **kwargs):  # noqa: ANN001, ANN202
+        checkpoint.save_model(plan, self, filepath, orig_save, *args, **kwargs)
+
+    fit.__wrapped_original__ = orig_fit
+    compile.__wrapped_original__ = orig_compile
+    model_cls.fit, model_cls.compile, model_cls.save = fit, compile, functools.wraps(orig_save)(save)
+    model_cls._distrain_hooked = True
+
+
+def run_script(script: str, argv: list[str], engine: Engine | None) -> None:
+    """Execute `script` as __main__ with sys.argv = [script, *argv], like `python script args`."""
+    from .runtime import STATE
+
+    if engine is not None and os.environ.get("DISTRAIN_HOOKS", "1") != "0" and engine.plan.keras == "legacy":
+        install_hooks(engine, STATE.keras, STATE.tf)
+        checkpoint.FLAG.install()
+    if engine is not None and os.environ.get("DISTRAIN_HOOKS", "1") == "0" and engine.strategy is not None:
+        STATE.tf.distribute.experimental_set_strategy(None)
+        log().info("DISTRAIN_HOOKS=0: the script runs as is, without the default strategy or hooks")
+    sys.argv = [script, *argv]
+    sys.path.insert(0, os.path.dirname(script))
+    runpy.run_path(script, run_name="__main__")

@@ -1,0 +1,85 @@
+"""setup(plan): apply the Plan to this process, once, and keep what it built for the public API.
+
+Order matters: environment variables (visibility, legacy Keras, TF_CONFIG, proxies) must be in place before
+TensorFlow is imported; the engine is built after.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from . import devices, log
+from .engines import Engine, build
+from .errors import EnvironmentProblem
+from .plan import Plan, detect
+
+
+@dataclass
+class _State:
+    plan: Plan | None = None
+    engine: Engine | None = None
+    keras: Any = None
+    tf: Any = None
+
+
+STATE = _State()
+
+
+def current_plan(script: str | None = None) -> Plan:
+    """The Plan of this process: the one setup applied, else detected now from os.environ."""
+    if STATE.plan is None:
+        STATE.plan = detect(os.environ, script=script)
+    return STATE.plan
+
+
+def apply_environment(plan: Plan) -> None:
+    """Everything that has to happen before `import tensorflow`."""
+    devices.check_required_before_import(plan)
+    if plan.mode == "horovod":
+        from .engines.horovod import check_installed
+
+        check_installed()
+    early = {"CUDA_VISIBLE_DEVICES", "TF_USE_LEGACY_KERAS"} & {name for name, _ in plan.env_set}
+    if "tensorflow" in sys.modules and early:
+        log.get().warning("TensorFlow was imported before distrain's setup: GPU pinning and legacy Keras may not apply")
+    for name in plan.env_unset:
+        os.environ.pop(name, None)
+    if plan.env_unset:
+        log.get().info(f"unset {' '.join(plan.env_unset)} (gRPC would route MWM traffic through the proxy)")
+    os.environ.update(dict(plan.env_set))
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def setup(plan: Plan | None = None) -> Engine:
+    """Apply the Plan and build the engine (idempotent)."""
+    if STATE.engine is not None:
+        return STATE.engine
+    plan = plan or current_plan()
+    STATE.plan = plan
+    log.configure(plan.prefix)
+    apply_environment(plan)
+    if plan.keras == "legacy":
+        from .keras_compat import alias_keras_to_tf_keras
+
+        try:
+            alias_keras_to_tf_keras()
+        except ImportError:
+            raise EnvironmentProblem(
+                "legacy Keras (tf_keras) is not installed: `pip install --no-deps tf-keras==<your TF version>`, "
+                "or set DISTRAIN_KERAS=keras3 (single-worker only)"
+            ) from None
+    import tensorflow as tf
+
+    devices.configure(plan, tf)
+    engine = build(plan, tf)
+    if engine.strategy is not None:
+        tf.distribute.experimental_set_strategy(engine.strategy)
+    STATE.tf = tf
+    STATE.keras = tf.keras
+    STATE.engine = engine
+    for warning in plan.warnings:
+        log.get().warning(warning)
+    return engine
