@@ -1,0 +1,113 @@
+"""Real TensorFlow: the unmodified example trained by `distrain run` (single) and `distrain launch` (MWM)."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from conftest import DISTRAIN, ROOT, assert_trained_in_sync, clean_env, results, run
+
+
+def load_model(path: Path) -> None:
+    """Load a saved model in a fresh process (as a user would), and check it predicts."""
+    code = ("import os; os.environ['TF_USE_LEGACY_KERAS']='1'; import tensorflow as tf, numpy as np; "
+            f"m = tf.keras.models.load_model({str(path)!r}); "
+            "print('OUT', m.predict(np.zeros((1, 8, 8, 1), 'float32'), verbose=0).shape)")
+    out = run(["python", "-c", code])
+    assert "OUT (1, 10)" in out.stdout, out.stdout[-2000:]
+
+
+def test_single_trains_the_unmodified_script_and_saves_once(tmp_path):
+    model = tmp_path / "digits.keras"
+    out = run([DISTRAIN, "run", "examples/train.py", "--epochs", "3", "--save", str(model)])
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "distrain: single on 1 worker(s)" in out.stdout
+    assert_trained_in_sync(out.stdout, workers=1)
+    assert sorted(os.listdir(tmp_path)) == ["digits.keras"]  # no temp files left behind
+    load_model(model)
+
+
+def test_python_dash_m_entrypoint_is_the_same_command(tmp_path):
+    out = run(["python", "-m", "entrypoint", "examples/train.py", "--epochs", "1"])
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert results(out.stdout)[0]["epochs"] == "1"
+
+
+def test_mwm_two_workers_train_in_sync(tmp_path):
+    model = tmp_path / "digits.keras"
+    out = run([DISTRAIN, "launch", "-n", "2", "examples/train.py", "--epochs", "3", "--save", str(model)])
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert_trained_in_sync(out.stdout, workers=2)
+    assert "[0/2] Epoch 1/3" in out.stdout and "[1/2] Epoch" not in out.stdout  # progress from the chief only
+    assert sorted(os.listdir(tmp_path)) == ["digits.keras"]
+    load_model(model)
+
+
+def test_mwm_synchronises_ranks_that_start_apart(tmp_path):
+    """Different seeds and data per rank; identical weights at the end. Without the hooks: different."""
+    out = run([DISTRAIN, "launch", "-n", "2", "examples/sync_check.py", "--epochs", "2"])
+    assert out.returncode == 0, out.stdout[-3000:]
+    found = assert_trained_in_sync(out.stdout, workers=2)
+    assert {r["rank"] for r in found} == {"0", "1"} and {r["size"] for r in found} == {"2"}
+
+    control = run([DISTRAIN, "launch", "-n", "2", "examples/sync_check.py", "--epochs", "2"],
+                  env=clean_env(DISTRAIN_HOOKS="0"))
+    assert control.returncode == 0, control.stdout[-3000:]
+    assert len({r["weights"] for r in results(control.stdout)}) == 2, "negative control did not diverge"
+
+
+def test_dt_save_from_two_workers_leaves_one_complete_model(tmp_path):
+    for fmt in ("model.keras", "savedmodel"):
+        target = tmp_path / fmt
+        out = run([DISTRAIN, "launch", "-n", "2", "examples/sync_check.py", "--epochs", "1", "--save", str(target)])
+        assert out.returncode == 0, out.stdout[-3000:]
+        assert out.stdout.count("distrain: saved model to") == 1
+    assert sorted(os.listdir(tmp_path)) == ["model.keras", "savedmodel"]
+    assert (tmp_path / "savedmodel" / "saved_model.pb").is_file()
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+def test_a_killed_worker_fails_the_launch_fast():
+    proc = subprocess.Popen([DISTRAIN, "launch", "-n", "2", "examples/train.py", "--epochs", "500"], cwd=ROOT,
+                            env=clean_env(DISTRAIN_CHECKPOINT="0"), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "Epoch 2/" in line:
+            break
+    workers = _children(proc.pid)
+    assert len(workers) == 2, lines
+    os.kill(workers[1], signal.SIGKILL)
+    killed_at = time.monotonic()
+    rest = proc.stdout.read()
+    code = proc.wait(timeout=60)
+    assert time.monotonic() - killed_at < 60
+    assert code != 0
+    assert "worker 1 was killed by SIGKILL; stopping the other workers" in rest
+
+
+def test_tfrecord_shards_are_disjoint_and_cover_the_data(tmp_path):
+    out = run([DISTRAIN, "data", str(tmp_path / "tfr"), "--shards", "4"])
+    assert out.returncode == 0, out.stdout
+    out = run([DISTRAIN, "launch", "-n", "2", "examples/tfrecord_digits.py", str(tmp_path / "tfr"),
+               "--epochs", "2", "--index-log", str(tmp_path / "seen")])
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert_trained_in_sync(out.stdout, workers=2)
+    seen = [json.loads((tmp_path / f"seen.{rank}.json").read_text()) for rank in (0, 1)]
+    assert not set(seen[0]) & set(seen[1]), "a sample was read by both workers"
+    assert sorted(seen[0] + seen[1]) == list(range(1797)), "some samples were never read"
+
+
+def test_plan_json_and_doctor():
+    out = run([DISTRAIN, "plan", "--json"])
+    assert out.returncode == 0 and json.loads(out.stdout)["mode"] == "single"
+    out = run([DISTRAIN, "doctor"])
+    assert out.returncode == 0, out.stdout
+    assert "tensorflow: 2.17" in out.stdout and "horovod: 0.28.1" in out.stdout and "no problems found" in out.stdout

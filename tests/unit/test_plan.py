@@ -1,0 +1,150 @@
+"""Mode detection, overrides and bad values: detect(env) as a pure function of a dict."""
+
+import json
+
+import pytest
+
+from entrypoint.errors import ConfigError
+from entrypoint.plan import detect, probe_gpus
+
+
+def test_no_environment_is_single_cpu():
+    plan = detect({}, gpus=[])
+    assert (plan.mode, plan.rank, plan.size, plan.devices, plan.is_chief) == ("single", 0, 1, (), True)
+
+
+def test_one_gpu_is_single():
+    assert detect({}, gpus=["0"]).mode == "single"
+
+
+def test_several_gpus_is_mirrored_over_all():
+    plan = detect({}, gpus=["0", "1", "2", "3"])
+    assert plan.mode == "mirrored" and plan.devices == ("0", "1", "2", "3")
+
+
+def test_single_on_multi_gpu_node_restricts_to_one():
+    plan = detect({"DISTRAIN_MODE": "single"}, gpus=["2", "3"])
+    assert plan.devices == ("2",)
+    assert dict(plan.env_set)["CUDA_VISIBLE_DEVICES"] == "2"
+
+
+def test_tf_config_is_respected_as_is():
+    config = {"cluster": {"worker": ["a:1", "b:2", "a:3"]}, "task": {"type": "worker", "index": 2}}
+    plan = detect({"TF_CONFIG": json.dumps(config)}, gpus=[])
+    assert (plan.mode, plan.rank, plan.size, plan.local_rank, plan.local_size) == ("mwm", 2, 3, 1, 2)
+    assert plan.cluster == ("a:1", "b:2", "a:3")
+    assert "TF_CONFIG" not in dict(plan.env_set)  # not rewritten
+
+
+@pytest.mark.parametrize(
+    "raw", ["{not json", '{"cluster": {}}', '{"cluster": {"worker": ["a:1"]}, "task": {"index": 5}}']
+)
+def test_malformed_tf_config(raw):
+    with pytest.raises(ConfigError, match="TF_CONFIG"):
+        detect({"TF_CONFIG": raw}, gpus=[])
+
+
+def test_multi_task_slurm_step_is_mwm():
+    env = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_STEP_NODELIST": "n1", "SLURM_STEP_TASKS_PER_NODE": "2",
+           "SLURM_PROCID": "1", "SLURM_NODEID": "0", "SLURM_LOCALID": "1", "SLURM_STEP_NUM_TASKS": "2"}
+    plan = detect(env, gpus=[])
+    assert (plan.mode, plan.rank, plan.size) == ("mwm", 1, 2)
+    assert "Slurm step with 2 tasks" in dict(plan.reasons)["mode"]
+
+
+def test_batch_script_itself_is_not_a_multi_task_step():
+    env = {"SLURM_JOB_ID": "7", "SLURM_NTASKS": "4", "SLURM_PROCID": "0"}  # no SLURM_STEP_ID outside srun
+    assert detect(env, gpus=[]).mode == "single"
+
+
+@pytest.mark.parametrize(
+    ("env", "rank", "size", "local"),
+    [
+        ({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+          "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "SLURM_PROCID": "0"}, 3, 4, 1),  # mpirun: SLURM_PROCID=0 everywhere
+        ({"HOROVOD_RANK": "1", "HOROVOD_SIZE": "2", "HOROVOD_LOCAL_RANK": "1", "HOROVOD_LOCAL_SIZE": "2"}, 1, 2, 1),
+        ({"PMI_RANK": "2", "PMI_SIZE": "3"}, 2, 3, 0),
+    ],
+)
+def test_mpi_launch_variables_mean_horovod(env, rank, size, local):
+    plan = detect(env, gpus=[])
+    assert (plan.mode, plan.rank, plan.size, plan.local_rank) == ("horovod", rank, size, local)
+
+
+def test_pmix_in_multi_task_srun_step_is_not_taken_as_horovod():
+    env = {"PMIX_RANK": "1", "SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_STEP_NODELIST": "n1",
+           "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_PROCID": "1", "SLURM_NODEID": "0", "SLURM_LOCALID": "1",
+           "SLURM_STEP_NUM_TASKS": "2", "SLURM_NTASKS": "2"}
+    plan = detect(env, gpus=[])
+    assert plan.mode == "mwm" and "DISTRAIN_MODE=horovod" in dict(plan.reasons)["mode"]
+    plan = detect({**env, "DISTRAIN_MODE": "horovod"}, gpus=[])
+    assert (plan.mode, plan.rank, plan.size, plan.local_size) == ("horovod", 1, 2, 2)
+
+
+def test_horovod_launch_wins_over_tf_config():
+    env = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
+           "TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"index": 0}})}
+    assert detect(env, gpus=[]).mode == "horovod"
+
+
+def test_override_beats_detection():
+    assert detect({"DISTRAIN_MODE": "single"}, gpus=["0", "1"]).mode == "single"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"DISTRAIN_MODE": "turbo"}, "unknown DISTRAIN_MODE='turbo'"),
+        ({"DISTRAIN_MODE": "mwm"}, "outside any cluster"),
+        ({"DISTRAIN_COLLECTIVE": "mpi"}, "unknown DISTRAIN_COLLECTIVE"),
+        ({"DISTRAIN_KERAS": "2"}, "unknown DISTRAIN_KERAS"),
+        ({"DISTRAIN_REQUIRE_GPU": "maybe"}, "DISTRAIN_REQUIRE_GPU"),
+        ({"DISTRAIN_CHECKPOINT_EVERY": "-3"}, "DISTRAIN_CHECKPOINT_EVERY"),
+        ({"OMPI_COMM_WORLD_RANK": "x", "OMPI_COMM_WORLD_SIZE": "2"}, "OMPI_COMM_WORLD_RANK='x'"),
+        ({"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "2"}, "outside world size"),
+    ],
+)
+def test_bad_values_are_one_clear_error(env, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        detect(env, gpus=[])
+
+
+def test_single_mode_in_a_multi_task_step_is_refused():
+    env = {"DISTRAIN_MODE": "single", "SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0",
+           "SLURM_STEP_NUM_TASKS": "4"}
+    with pytest.raises(ConfigError, match="this Slurm step has 4 tasks"):
+        detect(env, gpus=[])
+
+
+def test_mwm_unsets_proxies_and_says_why():
+    env = {"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"index": 0}}),
+           "http_proxy": "http://proxy:3128", "HTTPS_PROXY": "http://proxy:3128"}
+    plan = detect(env, gpus=[])
+    assert set(plan.env_unset) == {"http_proxy", "HTTPS_PROXY"}
+    assert "proxy" in dict(plan.reasons)["unset"]
+    assert detect({"http_proxy": "x"}, gpus=[]).env_unset == ()  # single mode keeps them
+
+
+def test_legacy_keras_is_the_default():
+    assert dict(detect({}, gpus=[]).env_set)["TF_USE_LEGACY_KERAS"] == "1"
+    assert "TF_USE_LEGACY_KERAS" not in dict(detect({"DISTRAIN_KERAS": "keras3"}, gpus=[]).env_set)
+
+
+def test_checkpoint_dir_is_per_job_and_never_in_home():
+    plan = detect({"SLURM_JOB_ID": "99", "HOME": "/home/u", "SCRATCH": "/scratch/u"}, gpus=[], script="train.py")
+    assert plan.checkpoint_dir == "/scratch/u/distrain/checkpoints/99-train"
+    assert detect({"DISTRAIN_CHECKPOINT": "0"}, gpus=[]).checkpoint_dir is None
+
+
+@pytest.mark.parametrize(
+    ("cvd", "ids"), [("0,1", ("0", "1")), ("", ()), ("-1", ()), ("NoDevFiles", ()), ("GPU-abc", ("GPU-abc",))]
+)
+def test_probe_gpus_from_cuda_visible_devices(cvd, ids):
+    assert probe_gpus({"CUDA_VISIBLE_DEVICES": cvd}) == ids
+
+
+def test_plan_is_immutable_and_serialisable():
+    plan = detect({}, gpus=[])
+    with pytest.raises(AttributeError):
+        plan.mode = "mwm"
+    assert json.loads(plan.to_json())["mode"] == "single"
