@@ -94,9 +94,13 @@ def run(ctx: typer.Context, script: str = SCRIPT_ARG) -> None:
         from .checkpoint import check_writable
 
         check_writable(plan.checkpoint_dir, "the checkpoint directory (DISTRAIN_CHECKPOINT_DIR)")
+    devices = f"GPU {','.join(plan.devices)}" if plan.devices else "CPU"
     if plan.is_chief:
-        logger.info(f"{plan.mode} on {plan.size} worker(s); devices {','.join(plan.devices) or 'CPU'}; "
-                    f"{dict(plan.reasons)['mode']}")
+        logger.info(f"{plan.mode} on {plan.size} worker(s); {dict(plan.reasons)['mode']}")
+        if os.environ.get("DISTRAIN_PRINT_PLAN") == "1":
+            for line in _table(plan.rows()).splitlines():
+                logger.info(f"plan | {line}")
+    logger.info(f"rank {plan.rank} of {plan.size} on {platform.node()}: local rank {plan.local_rank}, {devices}")
     engine = runtime.setup(plan)
     try:
         runner.run_script(path, list(ctx.args), engine)

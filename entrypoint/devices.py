@@ -27,6 +27,10 @@ def configure(plan: Plan, tf) -> list:  # noqa: ANN001 - the tensorflow module
         raise EnvironmentProblem(
             NO_GPU_HINT.replace("no GPU is visible", "TensorFlow sees no GPU (device files present, driver not)")
         )
+    if plan.devices and not gpus:
+        from .log import get
+
+        get().warning(f"the plan pins GPU {','.join(plan.devices)} but TensorFlow sees no GPU: training on the CPU")
     for gpu in gpus:
         with contextlib.suppress(RuntimeError):  # already initialised by the user's own code: leave it
             tf.config.experimental.set_memory_growth(gpu, True)

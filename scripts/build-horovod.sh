@@ -27,7 +27,7 @@ DIR="$CACHE/tf-$TF-$variant"
 mkdir -p "$DIR"
 wheel=$(find "$DIR" -maxdepth 1 -name "horovod-$VERSION-*.whl" | head -n 1)
 if [ -z "$wheel" ]; then
-  command -v cmake >/dev/null && command -v g++ >/dev/null || die "needs cmake and g++ (apt-get install cmake g++)"
+  if ! command -v cmake >/dev/null || ! command -v g++ >/dev/null; then die "needs cmake and g++ (apt-get install cmake g++)"; fi
   command -v mpicxx >/dev/null || die "needs Open MPI (apt-get install libopenmpi-dev openmpi-bin)"
   WORK=$(mktemp -d)
   trap 'rm -rf "$WORK"' EXIT

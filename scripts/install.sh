@@ -36,9 +36,9 @@ if ! have tensorflow-cpu "$TF_VERSION"; then say "installing tensorflow-cpu $TF_
 # tf-keras must match TensorFlow; --no-deps, or it pulls the full `tensorflow` package over tensorflow-cpu
 TFK=$(echo "$TF_VERSION" | awk -F. '{print $1"."$2".0"}')
 have tf-keras "$TFK" || pip install --no-deps "tf-keras==$TFK"
-"$VENV/bin/python" -c "import entrypoint, typer, spython, pytest, sklearn" 2>/dev/null \
-  && "$VENV/bin/python" -c "import importlib.metadata as m; m.version('distrain')" 2>/dev/null \
-  || { say "installing distrain (editable) and test tools"; pip install -e ".[test]"; }
+if ! "$VENV/bin/python" -c "import importlib.metadata as m, entrypoint, typer, spython, pytest, sklearn; m.version('distrain')" 2>/dev/null; then
+  say "installing distrain (editable) and test tools"; pip install -e ".[test]"
+fi
 have tensorflow-cpu "$TF_VERSION" || { echo "install.sh: tensorflow-cpu $TF_VERSION got replaced" >&2; exit 1; }
 
 # ---- Horovod -----------------------------------------------------------------------------------------------

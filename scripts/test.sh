@@ -3,7 +3,7 @@
 # unit, integration (real multi-process TensorFlow), horovod, slurm (a real local Slurm), container, bench.
 # Extra arguments go to pytest (e.g. scripts/test.sh -m unit).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 scripts/install.sh || exit 1
 VENV=${DISTRAIN_VENV:-.venv}
 "$VENV/bin/ruff" check entrypoint tests examples benchmarks || exit 1

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from conftest import DISTRAIN, assert_trained_in_sync, clean_env, results, run
+from helpers import DISTRAIN, assert_trained_in_sync, clean_env, results, run
 
 MPIRUN = ["mpirun", "--allow-run-as-root", "--tag-output", "-np", "2", "-x", "PATH", "-x", "PYTHONUNBUFFERED",
           "-mca", "btl_tcp_if_include", "lo", "-mca", "oob_tcp_if_include", "lo"]

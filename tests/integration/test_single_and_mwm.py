@@ -7,7 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import DISTRAIN, ROOT, assert_trained_in_sync, clean_env, results, run
+from helpers import DISTRAIN, ROOT, assert_trained_in_sync, clean_env, results, run
 
 
 def load_model(path: Path) -> None:

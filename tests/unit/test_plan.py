@@ -148,3 +148,11 @@ def test_plan_is_immutable_and_serialisable():
     with pytest.raises(AttributeError):
         plan.mode = "mwm"
     assert json.loads(plan.to_json())["mode"] == "single"
+
+
+def test_multi_worker_mwm_turns_off_onednn_unless_the_user_chose():
+    config = json.dumps({"cluster": {"worker": ["a:1", "b:2"]}, "task": {"index": 0}})
+    assert dict(detect({"TF_CONFIG": config}, gpus=[]).env_set)["TF_ENABLE_ONEDNN_OPTS"] == "0"
+    chosen = detect({"TF_CONFIG": config, "TF_ENABLE_ONEDNN_OPTS": "1"}, gpus=[])
+    assert "TF_ENABLE_ONEDNN_OPTS" not in dict(chosen.env_set)
+    assert "TF_ENABLE_ONEDNN_OPTS" not in dict(detect({}, gpus=[]).env_set)

@@ -1,0 +1,132 @@
+# shellcheck shell=bash
+# lib.sh - what every distrain job script shares: defaults, site hooks, pre-flight checks, the launch line and
+# the requeue-on-preemption rule. Sourced by jobs/*.job; each job only sets its mode and #SBATCH header.
+#
+# Configuration (environment variables, all optional; export them or pass `sbatch --export=ALL,VAR=...`):
+#   DISTRAIN_HOME     the distrain checkout holding jobs/ (default: $SLURM_SUBMIT_DIR)
+#   DISTRAIN_IMAGE    the .sif image (default: $DISTRAIN_HOME/distrain.sif)
+#   USE_CONTAINER     1: srun apptainer run --nv IMAGE (default) | 0: the virtualenv DISTRAIN_VENV
+#   DISTRAIN_VENV     virtualenv for USE_CONTAINER=0 (default: $DISTRAIN_HOME/.venv; jobs/venv_build.job makes it)
+#   TRAIN_SCRIPT      the training script (default: $DISTRAIN_HOME/examples/train.py); its arguments are the
+#                     job script's arguments: sbatch jobs/mwm.job --epochs 10
+#   DISTRAIN_OUTPUT_DIR  where checkpoints go (default: $SLURM_SUBMIT_DIR/distrain-output); bound into the image
+#   DISTRAIN_DATA_DIR    a data directory to bind into the image (optional)
+#   DISTRAIN_BIND     extra bind paths, comma-separated (apptainer --bind syntax)
+#   DISTRAIN_MODULES  modules to load after `module purge` (when `module` exists), e.g. "cuda/12.4 openmpi"
+#   DISTRAIN_MPI      Horovod only: srun --mpi plugin (default: pmix if `srun --mpi=list` has it, else pmi2)
+#   APPTAINER         the apptainer binary (default: apptainer, else singularity)
+
+distrain_die() {
+  echo "distrain job: error: $*" >&2
+  exit 2
+}
+
+distrain_defaults() {
+  DISTRAIN_HOME=${DISTRAIN_HOME:-${SLURM_SUBMIT_DIR:-$PWD}}
+  DISTRAIN_IMAGE=${DISTRAIN_IMAGE:-$DISTRAIN_HOME/distrain.sif}
+  USE_CONTAINER=${USE_CONTAINER:-1}
+  DISTRAIN_VENV=${DISTRAIN_VENV:-$DISTRAIN_HOME/.venv}
+  TRAIN_SCRIPT=${TRAIN_SCRIPT:-$DISTRAIN_HOME/examples/train.py}
+  DISTRAIN_OUTPUT_DIR=${DISTRAIN_OUTPUT_DIR:-${SLURM_SUBMIT_DIR:-$PWD}/distrain-output}
+  export DISTRAIN_HOME DISTRAIN_IMAGE USE_CONTAINER DISTRAIN_VENV TRAIN_SCRIPT DISTRAIN_OUTPUT_DIR
+  export DISTRAIN_PRINT_PLAN=1   # rank 0 prints its Plan at the top of the job log
+}
+
+# Site hooks the user guides do by hand: modules, XLA's CUDA path.
+distrain_site_hooks() {
+  if [ -n "${DISTRAIN_MODULES:-}" ]; then
+    if command -v module >/dev/null 2>&1 || declare -F module >/dev/null; then
+      module purge
+      # shellcheck disable=SC2086  # a list of module names
+      module load $DISTRAIN_MODULES || distrain_die "module load $DISTRAIN_MODULES failed"
+    else
+      echo "distrain job: DISTRAIN_MODULES is set but this system has no 'module' command; ignored" >&2
+    fi
+  fi
+  if [ -n "${CUDA_PATH:-}" ]; then
+    export XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_gpu_cuda_data_dir=$CUDA_PATH"
+  fi
+}
+
+# Fail in seconds, in the job log, instead of after the queue wait and a container start.
+distrain_preflight() {
+  local mode=$1
+  [ -f "$TRAIN_SCRIPT" ] || distrain_die "training script $TRAIN_SCRIPT not found (set TRAIN_SCRIPT)"
+  if [ "$USE_CONTAINER" = 1 ]; then
+    [ -f "$DISTRAIN_IMAGE" ] || distrain_die "image $DISTRAIN_IMAGE not found: build it (distrain image build) or set DISTRAIN_IMAGE"
+    APPTAINER=${APPTAINER:-$(command -v apptainer || command -v singularity || true)}
+    [ -n "$APPTAINER" ] || distrain_die "no apptainer/singularity on this node: load its module (DISTRAIN_MODULES) or use USE_CONTAINER=0"
+  else
+    [ -x "$DISTRAIN_VENV/bin/distrain" ] || distrain_die "no distrain in $DISTRAIN_VENV: run jobs/venv_build.job or set DISTRAIN_VENV"
+  fi
+  mkdir -p "$DISTRAIN_OUTPUT_DIR" 2>/dev/null && [ -w "$DISTRAIN_OUTPUT_DIR" ] \
+    || distrain_die "output directory $DISTRAIN_OUTPUT_DIR is not writable: set DISTRAIN_OUTPUT_DIR"
+  if [ "$mode" = mwm ] || [ "$mode" = horovod ]; then
+    # one GPU per task: with --gres=gpu:G the tasks per node must equal G (with --gpus-per-task=1 Slurm does it)
+    local tasks gpus
+    tasks=${SLURM_NTASKS_PER_NODE:-${SLURM_TASKS_PER_NODE%%(*}}
+    gpus=${SLURM_GPUS_ON_NODE:-0}
+    if [ -z "${SLURM_GPUS_PER_TASK:-}" ] && [ "$gpus" -gt 0 ] && [ -n "$tasks" ] && [ "$tasks" != "$gpus" ]; then
+      distrain_die "$tasks tasks per node but $gpus GPUs per node: make --ntasks-per-node equal to the GPUs per node, or use --gpus-per-task=1"
+    fi
+  fi
+  if [ "$mode" = single ] && [ "${SLURM_GPUS_ON_NODE:-0}" -gt 1 ] && [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+    CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES%%,*}   # one GPU: otherwise XLA spreads over all of them
+    export CUDA_VISIBLE_DEVICES
+  fi
+}
+
+# The command each task runs: the image's runscript, or the venv's distrain.
+distrain_task_command() {
+  if [ "$USE_CONTAINER" = 1 ]; then
+    local bind script_dir
+    script_dir=$(dirname "$(realpath "$TRAIN_SCRIPT")")
+    bind="$DISTRAIN_OUTPUT_DIR,$script_dir"
+    [ -n "${DISTRAIN_DATA_DIR:-}" ] && bind="$bind,$DISTRAIN_DATA_DIR"
+    [ -n "${DISTRAIN_BIND:-}" ] && bind="$bind,$DISTRAIN_BIND"
+    TASK_COMMAND=("$APPTAINER" run --nv --bind "$bind" "$DISTRAIN_IMAGE")
+  else
+    TASK_COMMAND=("$DISTRAIN_VENV/bin/distrain" run)
+  fi
+}
+
+distrain_mpi_plugin() {
+  if [ -n "${DISTRAIN_MPI:-}" ]; then echo "$DISTRAIN_MPI"; return; fi
+  if srun --mpi=list 2>&1 | grep -qw pmix; then echo pmix; else echo pmi2; fi
+}
+
+# Run the step. Signals (--signal=USR1@120, scancel --signal, preemption's SIGTERM) reach every task; the
+# entrypoint checkpoints and exits 75, and a job that may be requeued then requeues itself.
+distrain_launch() {
+  local mode=$1
+  shift
+  export DISTRAIN_MODE=$mode
+  if [ "$mode" = mwm ]; then
+    unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY   # gRPC would send MWM traffic to the proxy
+  fi
+  distrain_task_command
+  local srun_args=(--kill-on-bad-exit=1)
+  [ "$mode" = horovod ] && srun_args+=("--mpi=$(distrain_mpi_plugin)")
+  echo "distrain job: $mode, $SLURM_NTASKS task(s) on ${SLURM_JOB_NODELIST:-?}: ${TASK_COMMAND[*]} $TRAIN_SCRIPT $*"
+  local rc=0
+  srun "${srun_args[@]}" "${TASK_COMMAND[@]}" "$TRAIN_SCRIPT" "$@" || rc=$?
+  if [ "$rc" = 75 ]; then
+    if [ "${SLURM_JOB_REQUEUE:-0}" = 1 ]; then
+      echo "distrain job: stopped after a checkpoint; requeueing job $SLURM_JOB_ID to resume"
+      scontrol requeue "$SLURM_JOB_ID"
+    else
+      echo "distrain job: stopped after a checkpoint; resubmit (or use --requeue) to resume"
+    fi
+  fi
+  return "$rc"
+}
+
+# What every job does, in order.
+distrain_job() {
+  local mode=$1
+  shift
+  distrain_defaults
+  distrain_site_hooks
+  distrain_preflight "$mode"
+  distrain_launch "$mode" "$@"
+}

@@ -1,0 +1,50 @@
+"""Helpers the tests share: paths, a clean environment, running commands, reading the examples' RESULT lines."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+DISTRAIN = str(VENV_BIN / "distrain")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The test process's environment minus anything that would change distrain's decisions."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURM_", "OMPI_", "PMI", "HOROVOD_", "DISTRAIN_", "TF_CONFIG"))
+           and k not in ("CUDA_VISIBLE_DEVICES", "http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")}
+    env["PATH"] = f"{VENV_BIN}:{env.get('PATH', '')}"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+def run(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 300, cwd: Path = ROOT,
+        **kwargs) -> subprocess.CompletedProcess:
+    """Run a command, capture stdout+stderr together as text."""
+    return subprocess.run(cmd, env=env or clean_env(), cwd=cwd, timeout=timeout, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kwargs)
+
+
+RESULT = re.compile(r"RESULT ((?:\w+=[\w.\-]+ ?)+)")
+
+
+def results(output: str) -> list[dict[str, str]]:
+    """The RESULT lines the examples print, as dicts, one per rank that finished. Only key=value tokens count:
+    mpirun's --tag-output can glue its next tag onto the end of a line."""
+    return [dict(kv.split("=", 1) for kv in m.group(1).split()) for m in RESULT.finditer(output)]
+
+
+def assert_trained_in_sync(output: str, workers: int) -> list[dict[str, str]]:
+    """Every worker finished, the loss fell, and all ended with bit-identical weights."""
+    found = results(output)
+    assert len(found) == workers, output[-3000:]
+    assert len({r["weights"] for r in found}) == 1, f"workers diverged: {found}"
+    for r in found:
+        assert float(r["loss_last"]) < float(r["loss_first"]), r
+    return found

@@ -1,0 +1,60 @@
+"""Submit the real job scripts and read their logs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from helpers import ROOT, clean_env
+
+
+class Job:
+    """A finished sbatch job: exit code and log."""
+
+    def __init__(self, job_id: str, code: int, log: str) -> None:
+        self.id, self.code, self.log = job_id, code, log
+
+    def __repr__(self) -> str:
+        return f"Job({self.id}, exit {self.code})\n{self.log[-4000:]}"
+
+
+def job_env(slurm_conf: str, tmp: Path, **extra: str) -> dict[str, str]:
+    # OMPI_MCA_btl: the emulated nodes share one host, and Open MPI's shared-memory transport (vader) segfaults
+    # when PMIx says two ranks are on different nodes that are really the same machine. Real clusters keep it.
+    defaults = {"SLURM_CONF": slurm_conf, "USE_CONTAINER": "0", "DISTRAIN_HOME": str(ROOT),
+                "DISTRAIN_VENV": str(ROOT / ".venv"), "DISTRAIN_OUTPUT_DIR": str(tmp / "output"),
+                "OMPI_MCA_btl": "self,tcp"}
+    return clean_env(**{**defaults, **extra})
+
+
+def submit(slurm_conf: str, tmp: Path, job: str, sbatch_args: list[str], script_args: list[str] | None = None,
+           wait: bool = True, script: Path | None = None, **env: str) -> Job | str:
+    """sbatch a real job script from jobs/ (as a user would), by default waiting for it to end."""
+    log = tmp / f"{job}-%j.out"
+    cmd = ["sbatch", "--parsable", f"--output={log}", f"--chdir={ROOT}", *(["--wait"] if wait else []),
+           *sbatch_args, str(script or ROOT / "jobs" / f"{job}.job"), *(script_args or [])]
+    proc = subprocess.run(cmd, env=job_env(slurm_conf, tmp, **env), capture_output=True, text=True, timeout=900)
+    job_id = proc.stdout.strip().split(";")[0].splitlines()[0] if proc.stdout.strip() else "?"
+    if not wait:
+        assert proc.returncode == 0, proc.stderr
+        return job_id
+    path = Path(str(log).replace("%j", job_id))
+    return Job(job_id, proc.returncode, path.read_text() if path.exists() else proc.stderr)
+
+
+def wait_gone(slurm_conf: str, job_id: str, timeout: float = 300) -> None:
+    env = {**os.environ, "SLURM_CONF": slurm_conf}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = subprocess.run(["squeue", "-h", "-j", job_id], env=env, capture_output=True, text=True)
+        if job_id not in out.stdout:
+            return
+        time.sleep(1)
+    raise AssertionError(f"job {job_id} still queued/running after {timeout} s")
+
+
+def cancel(slurm_conf: str, job_id: str) -> None:
+    """scancel a test's job (a no-op once it ended), so a failed test never leaves a job holding the nodes."""
+    subprocess.run(["scancel", job_id], env={**os.environ, "SLURM_CONF": slurm_conf}, capture_output=True)

@@ -1,0 +1,109 @@
+"""The job scripts in jobs/, submitted with sbatch to a real local Slurm (venv mode: USE_CONTAINER=0)."""
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from helpers import ROOT, assert_trained_in_sync
+from slurm_jobs import cancel, submit, wait_gone
+
+SMALL = ["--cpus-per-task=1", "--time=10"]
+
+
+def ranks_and_devices(log: str) -> dict[int, str]:
+    """rank -> device, from each rank's start line."""
+    return {int(m.group(1)): m.group(2) for m in re.finditer(r"rank (\d+) of \d+ on \S+: local rank \d+, (.+)", log)}
+
+
+def test_single_job(slurm, tmp_path):
+    job = submit(slurm, tmp_path, "single", [*SMALL, "--gres=gpu:1"], ["--epochs", "2"])
+    assert job.code == 0, job
+    assert "single on 1 worker(s)" in job.log and "plan | mode" in job.log
+    assert ranks_and_devices(job.log) == {0: "GPU 0"}
+    assert_trained_in_sync(job.log, workers=1)
+
+
+def test_mirrored_job_uses_all_gpus_of_the_node(slurm, tmp_path):
+    job = submit(slurm, tmp_path, "mirrored", ["--cpus-per-task=2", "--time=10", "--gres=gpu:2"], ["--epochs", "2"])
+    assert job.code == 0, job
+    assert re.search(r"plan \| devices\s+0,1", job.log), job
+    assert_trained_in_sync(job.log, workers=1)
+
+
+def test_mwm_two_nodes_two_tasks_each_one_gpu_per_task(slurm, tmp_path):
+    job = submit(slurm, tmp_path, "mwm", [*SMALL, "--nodes=2", "--ntasks-per-node=2", "--gpus-per-task=1"],
+                 ["--epochs", "2"])
+    assert job.code == 0, job
+    assert "mwm on 4 worker(s)" in job.log
+    # --gpus-per-task=1: Slurm gives each task its own GPU; local ranks 0,1 on each node
+    assert ranks_and_devices(job.log) == {0: "GPU 0", 1: "GPU 1", 2: "GPU 0", 3: "GPU 1"}
+    # n9 before n10 (numeric, Slurm's order), one port per rank
+    cluster = re.search(r"plan \| cluster\s+(.+?)\s{2}", job.log).group(1).split()
+    assert [c.split(":")[0] for c in cluster] == ["n9", "n9", "n10", "n10"]
+    assert len({c.split(":")[1] for c in cluster}) == 4
+    assert_trained_in_sync(job.log, workers=4)
+
+
+def test_horovod_job_through_srun_pmix(slurm, tmp_path):
+    job = submit(slurm, tmp_path, "horovod", [*SMALL, "--nodes=2", "--ntasks-per-node=2", "--gpus-per-task=1"],
+                 ["--epochs", "2"])
+    assert job.code == 0, job
+    assert "horovod on 4 worker(s)" in job.log and "--mpi=pmix" in job.log or "srun" in job.log
+    assert set(ranks_and_devices(job.log)) == {0, 1, 2, 3}
+    assert_trained_in_sync(job.log, workers=4)
+
+
+def test_two_mwm_jobs_share_a_node_without_port_collisions(slurm, tmp_path):
+    args = [*SMALL, "--nodes=1", "--ntasks-per-node=2", "--nodelist=n9", "--gres=gpu:2"]
+    first = submit(slurm, tmp_path, "mwm", args, ["--epochs", "3"], wait=False)
+    second = submit(slurm, tmp_path, "mwm", args, ["--epochs", "3"], wait=False)
+    for job_id in (first, second):
+        wait_gone(slurm, job_id)
+    for job_id in (first, second):
+        log = (tmp_path / f"mwm-{job_id}.out").read_text()
+        assert_trained_in_sync(log, workers=2)
+
+
+def test_a_killed_task_ends_the_job_fast(slurm, tmp_path):
+    marker = str(tmp_path / "kill-me")
+    job_id = submit(slurm, tmp_path, "mwm", [*SMALL, "--nodes=2", "--ntasks-per-node=1", "--gres=gpu:1"],
+                    ["--epochs", "500", "--save", marker], wait=False, DISTRAIN_CHECKPOINT="0")
+    log = tmp_path / f"mwm-{job_id}.out"
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and "Epoch 2/" not in (log.read_text() if log.exists() else ""):
+            time.sleep(0.5)
+        pids = subprocess.run(["pgrep", "-f", "--", f"--save {marker}"], capture_output=True, text=True).stdout.split()
+        # the Python workers, not srun or the batch shell, whose command lines carry the same arguments
+        workers = [int(p) for p in pids if b"python" in Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0]]
+        assert workers, log.read_text()
+        os.kill(max(workers), signal.SIGKILL)
+        killed = time.monotonic()
+        wait_gone(slurm, job_id, timeout=60)
+        assert time.monotonic() - killed < 60
+    finally:
+        cancel(slurm, job_id)
+    text = log.read_text()
+    assert "RESULT" not in text
+    assert re.search(r"(Killed|exited with exit code|terminated)", text), text[-3000:]
+
+
+def test_missing_image_fails_in_seconds_with_the_reason_in_the_log(slurm, tmp_path):
+    started = time.monotonic()
+    job = submit(slurm, tmp_path, "mwm", [*SMALL, "--nodes=1", "--ntasks-per-node=2", "--gres=gpu:2"],
+                 USE_CONTAINER="1", DISTRAIN_IMAGE="/nonexistent/distrain.sif")
+    assert job.code == 2, job
+    assert "image /nonexistent/distrain.sif not found" in job.log
+    assert time.monotonic() - started < 30
+
+
+def test_gpus_per_node_must_match_tasks_per_node(slurm, tmp_path):
+    # a user edits the header to --gres=gpu:4 (instead of --gpus-per-task=1) but keeps 2 tasks per node
+    edited = tmp_path / "mwm.job"
+    edited.write_text((ROOT / "jobs" / "mwm.job").read_text().replace("--gpus-per-task=1", "--gres=gpu:4"))
+    job = submit(slurm, tmp_path, "mwm", [*SMALL, "--nodes=1", "--ntasks-per-node=2"], script=edited)
+    assert job.code == 2, job
+    assert "2 tasks per node but 4 GPUs per node" in job.log
