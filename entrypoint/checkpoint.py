@@ -87,6 +87,12 @@ def save_model(plan: Plan, model: Any, path: str | os.PathLike, save: Callable[.
     try:
         save(model, tmp, *args, **kwargs)
         replace_atomically(tmp, path)
+    except OSError as exc:
+        _remove(tmp)
+        raise EnvironmentProblem(
+            f"could not save the model to {path} ({exc.strerror or exc}): free space or choose another path; "
+            f"{'the previous model there is unchanged' if os.path.exists(path) else 'nothing was written there'}"
+        ) from None
     except BaseException:
         _remove(tmp)
         raise
@@ -130,9 +136,9 @@ def make_backup_callback(plan: Plan, keras: Any) -> Any:
                 # epoch-level resume restarts at saved_epoch + 1: mark the interrupted epoch as not done
                 self._training_state._ckpt_saved_epoch.assign(epoch - 1)
                 self._backup(epoch=epoch - 1)
-                return f"epoch {epoch} (restarts that epoch)"
+                return f"the start of epoch {epoch + 1}, with its partial progress"
             self._backup(epoch=epoch, batch=batch)
-            return f"epoch {epoch} step {batch}"
+            return f"epoch {epoch + 1} step {batch + 1}"
 
     save_freq: Any = plan.checkpoint_every or "epoch"
     return Backup(backup_dir=plan.checkpoint_dir, save_freq=save_freq)

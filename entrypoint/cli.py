@@ -17,7 +17,7 @@ from typing import Optional
 import typer
 
 from . import __version__
-from .errors import EXIT_ENVIRONMENT, DistrainError
+from .errors import EXIT_ENVIRONMENT, EXIT_PREEMPTED, DistrainError
 from .plan import PROXY_VARS, Plan, detect
 
 HELP = """Run an unmodified Keras/TensorFlow train.py on one GPU, all GPUs of a node, or many nodes.
@@ -56,6 +56,9 @@ def reports_errors(func):  # noqa: ANN001, ANN201
         try:
             return func(*args, **kwargs)
         except DistrainError as exc:
+            if exc.exit_code == EXIT_PREEMPTED:  # a clean, checkpointed stop is not an error
+                sys.stderr.write(f"distrain: {exc}\n")
+                raise typer.Exit(exc.exit_code) from None
             fail(str(exc), exc.exit_code)
 
     return wrapper

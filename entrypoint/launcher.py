@@ -16,7 +16,7 @@ import threading
 import time
 from contextlib import closing
 
-from .errors import EXIT_WORKER_FAILED, ConfigError
+from .errors import EXIT_PREEMPTED, EXIT_WORKER_FAILED, ConfigError
 
 
 def free_ports(count: int) -> list[int]:
@@ -108,6 +108,8 @@ def launch(n: int, script: str, args: list[str], port: int | None = None, grace:
     if failed is not None:
         rank, code = failed
         how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+        if code == EXIT_PREEMPTED:
+            how = "stopped after a checkpoint (exit 75: rerun to resume)"
         sys.stderr.write(f"distrain launch: worker {rank} {how}; stopping the other workers\n")
         _stop_all(procs, grace)
     for thread in pumps:

@@ -164,8 +164,8 @@ def _parse_tf_config(raw: str) -> tuple[list[str], int]:
         config = json.loads(raw)
         workers = list(config["cluster"]["worker"])
         task = config["task"]
-        index = int(task.get("index", 0))
-        task_type = task.get("type", "worker")
+        index = int(task["index"])
+        task_type = task["type"]
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(
             f"TF_CONFIG is not valid ({exc.__class__.__name__}: {exc}); expected "

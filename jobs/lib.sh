@@ -95,8 +95,16 @@ distrain_mpi_plugin() {
   if srun --mpi=list 2>&1 | grep -qw pmix; then echo pmix; else echo pmi2; fi
 }
 
-# Run the step. Signals (--signal=USR1@120, scancel --signal, preemption's SIGTERM) reach every task; the
-# entrypoint checkpoints and exits 75, and a job that may be requeued then requeues itself.
+# Forward a signal the batch shell got (--signal=B:USR1@120, scancel --batch, preemption) to the step: srun
+# passes it on to every task, whose entrypoint checkpoints and exits 75.
+distrain_forward() {
+  echo "distrain job: got SIG$1, forwarding it to the training step"
+  [ -n "${STEP_PID:-}" ] && kill -s "$1" "$STEP_PID" 2>/dev/null
+  return 0
+}
+
+# Run the step in the background so the shell can forward signals; a job that stopped after a checkpoint
+# (exit 75) and may be requeued (--requeue) requeues itself and resumes from the checkpoint.
 distrain_launch() {
   local mode=$1
   shift
@@ -108,10 +116,17 @@ distrain_launch() {
   local srun_args=(--kill-on-bad-exit=1)
   [ "$mode" = horovod ] && srun_args+=("--mpi=$(distrain_mpi_plugin)")
   echo "distrain job: $mode, $SLURM_NTASKS task(s) on ${SLURM_JOB_NODELIST:-?}: ${TASK_COMMAND[*]} $TRAIN_SCRIPT $*"
+  trap 'distrain_forward TERM' TERM
+  trap 'distrain_forward USR1' USR1
+  srun "${srun_args[@]}" "${TASK_COMMAND[@]}" "$TRAIN_SCRIPT" "$@" &
+  STEP_PID=$!
   local rc=0
-  srun "${srun_args[@]}" "${TASK_COMMAND[@]}" "$TRAIN_SCRIPT" "$@" || rc=$?
+  while :; do
+    wait "$STEP_PID" && rc=0 || rc=$?
+    kill -0 "$STEP_PID" 2>/dev/null || break   # wait also returns when a trapped signal arrives
+  done
   if [ "$rc" = 75 ]; then
-    if [ "${SLURM_JOB_REQUEUE:-0}" = 1 ]; then
+    if scontrol show job "$SLURM_JOB_ID" 2>/dev/null | grep -qw "Requeue=1"; then
       echo "distrain job: stopped after a checkpoint; requeueing job $SLURM_JOB_ID to resume"
       scontrol requeue "$SLURM_JOB_ID"
     else

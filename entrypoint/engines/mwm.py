@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import os
 import socket
-import threading
+import subprocess
+import sys
 
-from ..errors import EXIT_ENVIRONMENT, EnvironmentProblem
-from ..log import get as log
+from ..errors import EnvironmentProblem
 from ..plan import Plan
 
 _IMPLEMENTATIONS = {"auto": "AUTO", "ring": "RING", "nccl": "NCCL"}
@@ -43,20 +43,32 @@ def _check_addresses(plan: Plan) -> None:
         probe.close()
 
 
-def _start_watchdog(seconds: float) -> threading.Event:
-    """Exit with a clear message when the workers never all join (missing worker, wrong world size)."""
-    done = threading.Event()
+_WATCHDOG = """
+import os, select, signal, sys
+ready, _, _ = select.select([int(sys.argv[1])], [], [], float(sys.argv[2]))
+if not ready:
+    sys.stderr.write(sys.argv[4] + "\\n")
+    os.kill(int(sys.argv[3]), signal.SIGKILL)
+"""
 
-    def watch() -> None:
-        if not done.wait(seconds):
-            log().error(
-                f"the MWM workers did not all join within {seconds:.0f} s: "
-                "a worker is missing or died, or the workers disagree on the cluster (DISTRAIN_START_TIMEOUT)"
-            )
-            os._exit(EXIT_ENVIRONMENT)
 
-    threading.Thread(target=watch, name="distrain-start-watchdog", daemon=True).start()
-    return done
+def _start_watchdog(seconds: float, prefix: str) -> int:
+    """Kill this process with a clear message if the workers never all join (missing worker, wrong world size).
+
+    A separate process, not a thread: TensorFlow waits for the cluster inside a C++ call that keeps the GIL, so
+    a Python thread never gets to run. Closing the returned fd (or this process dying) releases the watchdog.
+    """
+    read_fd, write_fd = os.pipe()
+    message = (
+        f"{prefix} distrain: error: the MWM workers did not all join within {seconds:.0f} s: a worker is missing "
+        "or died, or the workers disagree on the cluster (DISTRAIN_START_TIMEOUT)"
+    )
+    subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG, str(read_fd), str(seconds), str(os.getpid()), message],
+        pass_fds=(read_fd,), stdin=subprocess.DEVNULL, start_new_session=True,
+    )
+    os.close(read_fd)
+    return write_fd
 
 
 def build(plan: Plan, tf):  # noqa: ANN001, ANN201 - tensorflow module in, strategy out
@@ -66,9 +78,9 @@ def build(plan: Plan, tf):  # noqa: ANN001, ANN201 - tensorflow module in, strat
         implementation=implementation,
         timeout_seconds=plan.collective_timeout,
     )
-    joined = _start_watchdog(float(os.environ.get("DISTRAIN_START_TIMEOUT", "300")))
+    joined = _start_watchdog(float(os.environ.get("DISTRAIN_START_TIMEOUT", "300")), plan.prefix)
     try:
         strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     finally:
-        joined.set()
+        os.close(joined)
     return strategy

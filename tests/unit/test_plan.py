@@ -37,7 +37,13 @@ def test_tf_config_is_respected_as_is():
 
 
 @pytest.mark.parametrize(
-    "raw", ["{not json", '{"cluster": {}}', '{"cluster": {"worker": ["a:1"]}, "task": {"index": 5}}']
+    "raw",
+    [
+        "{not json",
+        '{"cluster": {}}',
+        '{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 5}}',
+        '{"cluster": {"worker": ["a:1"]}, "task": {"index": 0}}',  # TensorFlow needs the task type
+    ],
 )
 def test_malformed_tf_config(raw):
     with pytest.raises(ConfigError, match="TF_CONFIG"):
@@ -83,7 +89,7 @@ def test_pmix_in_multi_task_srun_step_is_not_taken_as_horovod():
 
 def test_horovod_launch_wins_over_tf_config():
     env = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
-           "TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"index": 0}})}
+           "TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}})}
     assert detect(env, gpus=[]).mode == "horovod"
 
 
@@ -117,7 +123,7 @@ def test_single_mode_in_a_multi_task_step_is_refused():
 
 
 def test_mwm_unsets_proxies_and_says_why():
-    env = {"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"index": 0}}),
+    env = {"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}),
            "http_proxy": "http://proxy:3128", "HTTPS_PROXY": "http://proxy:3128"}
     plan = detect(env, gpus=[])
     assert set(plan.env_unset) == {"http_proxy", "HTTPS_PROXY"}
@@ -151,7 +157,7 @@ def test_plan_is_immutable_and_serialisable():
 
 
 def test_multi_worker_mwm_turns_off_onednn_unless_the_user_chose():
-    config = json.dumps({"cluster": {"worker": ["a:1", "b:2"]}, "task": {"index": 0}})
+    config = json.dumps({"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 0}})
     assert dict(detect({"TF_CONFIG": config}, gpus=[]).env_set)["TF_ENABLE_ONEDNN_OPTS"] == "0"
     chosen = detect({"TF_CONFIG": config, "TF_ENABLE_ONEDNN_OPTS": "1"}, gpus=[])
     assert "TF_ENABLE_ONEDNN_OPTS" not in dict(chosen.env_set)

@@ -1,0 +1,128 @@
+"""The bad-input catalogue (README): each row gives one clear line, a meaningful exit code, no traceback wall."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from entrypoint.launcher import free_ports
+from helpers import DISTRAIN, ROOT, clean_env, run
+
+
+def tf_config(*workers: str, index: int = 0) -> str:
+    return json.dumps({"cluster": {"worker": list(workers)}, "task": {"type": "worker", "index": index}})
+
+
+def assert_one_line_error(out, code: int, text: str) -> None:
+    assert out.returncode == code, out.stdout[-3000:]
+    errors = [line for line in out.stdout.splitlines() if "distrain: error:" in line]
+    assert len(errors) == 1 and text in errors[0], out.stdout[-3000:]
+    assert "Traceback" not in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "code", "text"),
+    [
+        ({"DISTRAIN_MODE": "turbo"}, ["examples/train.py"], 2, "unknown DISTRAIN_MODE='turbo'"),
+        ({}, ["examples/nope.py"], 2, "training script 'examples/nope.py' not found"),
+        ({}, ["pyproject.toml"], 2, "is not a Python script"),
+        ({"DISTRAIN_MODE": "mwm"}, ["examples/train.py"], 2, "outside any cluster"),
+        ({"TF_CONFIG": "{oops"}, ["examples/train.py"], 2, "TF_CONFIG is not valid"),
+        ({"SLURM_JOB_ID": "5", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1", "SLURM_NODEID": "0", "SLURM_LOCALID": "0",
+          "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NODELIST": "n1", "SLURM_STEP_TASKS_PER_NODE": "2"},
+         ["examples/train.py"], 2, "inconsistent Slurm variables"),
+        ({"DISTRAIN_REQUIRE_GPU": "1"}, ["examples/train.py"], 3, "--nv"),
+        ({"DISTRAIN_CHECKPOINT_DIR": "/etc/hostname/ckpt"}, ["examples/train.py"], 3, "is not writable"),
+    ],
+)
+def test_bad_input_row(env, args, code, text):
+    started = time.monotonic()
+    out = run([DISTRAIN, "run", *args], env=clean_env(**env))
+    assert_one_line_error(out, code, text)
+    assert time.monotonic() - started < 30
+
+
+def test_full_disk_leaves_no_half_written_model(tmp_path):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        out = run([DISTRAIN, "run", "examples/train.py", "--epochs", "1", "--save", str(disk / "m.keras")],
+                  env=clean_env(DISTRAIN_CHECKPOINT="0"))
+        assert_one_line_error(out, 3, "No space left on device")
+        assert os.listdir(disk) == []
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_script_exception_passes_through_once(tmp_path):
+    script = tmp_path / "boom.py"
+    script.write_text("import tensorflow as tf\nraise RuntimeError('my bug')\n")
+    out = run([DISTRAIN, "run", str(script)])
+    assert out.returncode == 1
+    assert out.stdout.count("Traceback") == 1 and "RuntimeError: my bug" in out.stdout
+    exit_script = tmp_path / "seven.py"
+    exit_script.write_text("import sys\nsys.exit(7)\n")
+    assert run([DISTRAIN, "run", str(exit_script)]).returncode == 7
+
+
+def test_failing_rank_under_launch_reports_its_traceback_and_code(tmp_path):
+    script = tmp_path / "rank_bug.py"
+    script.write_text("import entrypoint as dt\nimport sys\nif dt.rank() == 1:\n    raise ValueError('rank one')\n"
+                      "import time\ntime.sleep(60)\n")
+    started = time.monotonic()
+    out = run([DISTRAIN, "launch", "-n", "2", str(script)])
+    assert out.returncode == 1 and time.monotonic() - started < 45
+    assert out.stdout.count("Traceback") == 1 and "[1/2] ValueError: rank one" in out.stdout
+    assert "worker 1 exited with code 1" in out.stdout
+
+
+def test_port_in_use_is_named_within_seconds():
+    with socket.socket() as busy:
+        busy.bind(("", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = run([DISTRAIN, "run", "examples/train.py"],
+                  env=clean_env(TF_CONFIG=tf_config(f"localhost:{port}", "localhost:1")))
+    assert_one_line_error(out, 3, f"port {port} for rank 0 on localhost is unavailable")
+
+
+def test_host_that_does_not_resolve():
+    config = tf_config(f"localhost:{free_ports(1)[0]}", "no-such-node.invalid:1")
+    out = run([DISTRAIN, "run", "examples/train.py"], env=clean_env(TF_CONFIG=config))
+    assert_one_line_error(out, 3, "'no-such-node.invalid'")
+
+
+def test_missing_worker_ends_with_a_message_not_a_hang():
+    config = tf_config(*(f"localhost:{port}" for port in free_ports(2)))
+    started = time.monotonic()
+    out = run([DISTRAIN, "run", "examples/train.py"], env=clean_env(TF_CONFIG=config, DISTRAIN_START_TIMEOUT="8"),
+              timeout=120)
+    assert out.returncode == -signal.SIGKILL, out.stdout[-2000:]  # stuck in C++: only a kill ends it
+    assert "did not all join within 8 s" in out.stdout
+    assert time.monotonic() - started < 60
+
+
+@pytest.fixture(scope="module")
+def venv_without_horovod(tmp_path_factory):
+    """A real environment without Horovod (and without TensorFlow): distrain and its CLI dependencies only."""
+    venv = tmp_path_factory.mktemp("bare") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, "typer", "spython"], check=True, capture_output=True)
+    subprocess.run([*pip, "--no-deps", str(ROOT)], check=True, capture_output=True)
+    return venv
+
+
+def test_horovod_asked_for_but_absent(venv_without_horovod):
+    out = run([str(venv_without_horovod / "bin" / "distrain"), "run", "examples/train.py"],
+              env=clean_env(DISTRAIN_MODE="horovod"))
+    assert_one_line_error(out, 3, "Horovod is not installed here")
+    assert "scripts/build-horovod.sh" in out.stdout
