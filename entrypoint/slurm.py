@@ -91,6 +91,7 @@ class SlurmStep:
 
     job_id: int
     step_id: int
+    restart: int
     hosts: tuple[str, ...]
     tasks_per_node: tuple[int, ...]
     rank: int
@@ -155,6 +156,7 @@ def read_step(env: Mapping[str, str]) -> SlurmStep:
     step = SlurmStep(
         job_id=_int_var(env, "SLURM_JOB_ID", 0),
         step_id=_int_var(env, "SLURM_STEP_ID", 0) if env.get("SLURM_STEP_ID", "").isdigit() else 0,
+        restart=_int_var(env, "SLURM_RESTART_COUNT", 0),
         hosts=tuple(hosts),
         tasks_per_node=tuple(counts),
         rank=_int_var(env, "SLURM_PROCID"),
@@ -184,8 +186,8 @@ def port_base(step: SlurmStep, world_size: int, configured: str | None) -> int:
     """First port of this step: DISTRAIN_PORT_BASE, or a slot derived from the job and step id.
 
     Each rank then uses `base + rank`, so ports are distinct per host even when several emulated nodes (or
-    tasks of one job) share a host; two jobs on one node get different slots unless their ids collide modulo
-    the number of slots.
+    tasks of one job) share a host; two jobs on one node, and a requeued run of the same job, get different
+    slots unless their ids collide modulo the number of slots.
     """
     if configured:
         try:
@@ -200,7 +202,7 @@ def port_base(step: SlurmStep, world_size: int, configured: str | None) -> int:
         slot *= 2
     first, last = 20000, 60000
     slots = (last - first) // slot
-    key = zlib.crc32(f"{step.job_id}.{step.step_id}".encode())
+    key = zlib.crc32(f"{step.job_id}.{step.step_id}.{step.restart}".encode())  # a requeued run moves on
     return first + (key % slots) * slot
 
 

@@ -32,6 +32,7 @@ def _check_addresses(plan: Plan) -> None:
         return
     host, port = workers[plan.rank].rsplit(":", 1)
     probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does: TIME_WAIT leftovers are fine
     try:
         probe.bind(("", int(port)))
     except OSError as exc:

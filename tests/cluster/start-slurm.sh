@@ -82,6 +82,8 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
+# a requeued job may restart only once its previous credential expired (default 120 s): keep tests quick
+AuthInfo=cred_expire=20
 SlurmctldPort=$SLURM_CTLD_PORT
 StateSaveLocation=$SLURM_ROOT/state
 SlurmdSpoolDir=$SLURM_ROOT/spool/%n

@@ -107,3 +107,27 @@ def test_gpus_per_node_must_match_tasks_per_node(slurm, tmp_path):
     job = submit(slurm, tmp_path, "mwm", [*SMALL, "--nodes=1", "--ntasks-per-node=2"], script=edited)
     assert job.code == 2, job
     assert "2 tasks per node but 4 GPUs per node" in job.log
+
+
+def test_sigterm_checkpoints_requeues_and_resumes(slurm, tmp_path):
+    job_id = submit(slurm, tmp_path, "mwm", [*SMALL, "--nodes=1", "--ntasks-per-node=2", "--gres=gpu:2"],
+                    ["--epochs", "6"], wait=False)
+    log = tmp_path / f"mwm-{job_id}.out"
+    env = {**os.environ, "SLURM_CONF": slurm}
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and "Epoch 3/" not in (log.read_text() if log.exists() else ""):
+            time.sleep(0.3)
+        subprocess.run(["scancel", "--signal=TERM", job_id], env=env, check=True)
+        # the requeued run waits for the old credential to expire (the test cluster's cred_expire=20)
+        wait_gone(slurm, job_id, timeout=300)
+    finally:
+        cancel(slurm, job_id)
+    text = log.read_text()
+    assert text.count("stopped on SIGTERM after saving a checkpoint") == 2, text[-3000:]
+    assert f"requeueing job {job_id}" in text
+    resumed = text[text.index("resumed from checkpoint"):]
+    assert re.search(r"Epoch (\d+)/6", resumed).group(1) == "3"  # epochs 1-2 were not redone
+    assert_trained_in_sync(resumed, workers=2)
+    show = subprocess.run(["scontrol", "show", "job", job_id], env=env, capture_output=True, text=True).stdout
+    assert "Restarts=1" in show and "JobState=COMPLETED" in show

@@ -129,3 +129,9 @@ def test_too_few_gpus_for_the_tasks_on_a_node():
     env = step_env("n1", "4", 0, 0, 0, 4, DISTRAIN_MODE="mwm")
     with pytest.raises(ConfigError, match="4 tasks on this node share 2 visible GPUs"):
         detect(env, gpus=["0", "1"])
+
+
+def test_a_requeued_run_gets_other_ports():
+    first = read_step(step_env("n1", "2", 0, 0, 0, 2))
+    again = read_step(step_env("n1", "2", 0, 0, 0, 2, SLURM_RESTART_COUNT="1"))
+    assert port_base(first, 2, None) != port_base(again, 2, None)

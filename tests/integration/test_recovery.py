@@ -1,0 +1,104 @@
+"""Losing no finished work: resume after a killed worker or a signal, corrupt checkpoints, concurrent saves."""
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from helpers import DISTRAIN, ROOT, assert_trained_in_sync, clean_env, run
+
+
+def start_launch(env, *args):
+    return subprocess.Popen([DISTRAIN, "launch", "-n", "2", "examples/train.py", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def read_until(proc, text: str, timeout: float = 180) -> str:
+    seen, deadline = [], time.monotonic() + timeout
+    for line in proc.stdout:
+        seen.append(line)
+        if text in line or time.monotonic() > deadline:
+            break
+    return "".join(seen)
+
+
+def first_epoch(output: str) -> int:
+    return int(re.search(r"Epoch (\d+)/", output).group(1))
+
+
+def test_killed_worker_then_rerun_resumes_at_the_last_epoch(tmp_path):
+    env = clean_env(DISTRAIN_CHECKPOINT_DIR=str(tmp_path / "ckpt"))
+    proc = start_launch(env, "--epochs", "8")
+    before = read_until(proc, "Epoch 4/")
+    worker = int(Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()[1])
+    os.kill(worker, signal.SIGKILL)
+    assert proc.wait(timeout=60) != 0, before
+    plan = run([DISTRAIN, "plan"], env=env)
+    assert "resume: a checkpoint exists" in plan.stdout
+    out = run([DISTRAIN, "launch", "-n", "2", "examples/train.py", "--epochs", "8"], env=env)
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "resumed from checkpoint" in out.stdout and first_epoch(out.stdout) == 4
+    assert_trained_in_sync(out.stdout, workers=2)
+    assert not (tmp_path / "ckpt" / "chief").exists()  # a completed fit removes its backup
+
+
+def test_sigterm_checkpoints_every_rank_and_exits_75_then_resumes(tmp_path):
+    env = clean_env(DISTRAIN_CHECKPOINT_DIR=str(tmp_path / "ckpt"))
+    proc = start_launch(env, "--epochs", "30")
+    read_until(proc, "Epoch 3/")
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stdout.read()
+    assert proc.wait(timeout=60) == 75, rest
+    assert rest.count("stopped on SIGTERM after saving a checkpoint") == 2
+    out = run([DISTRAIN, "launch", "-n", "2", "examples/train.py", "--epochs", "5"], env=env)
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert first_epoch(out.stdout) == 3  # epochs 1-2 are not redone; the interrupted one restarts
+    assert_trained_in_sync(out.stdout, workers=2)
+
+
+def test_corrupt_newest_checkpoint_falls_back_to_the_previous(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    env = clean_env(DISTRAIN_CHECKPOINT_DIR=str(ckpt))
+    proc = subprocess.Popen([DISTRAIN, "run", "examples/train.py", "--epochs", "50"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    read_until(proc, "Epoch 5/")
+    proc.kill()
+    proc.wait()
+    chief = ckpt / "chief"
+    newest = max(chief.glob("ckpt-*.index"), key=lambda p: int(p.name.split("-")[1].split(".")[0]))
+    for data in chief.glob(newest.name.replace(".index", ".data-*")):
+        data.write_bytes(b"\0" * 64)  # truncated garbage, as a crash mid-write leaves it
+    out = run([DISTRAIN, "run", "examples/train.py", "--epochs", "6"], env=env)
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "is unreadable" in out.stdout and "falling back" in out.stdout
+    assert first_epoch(out.stdout) == 4  # ckpt-4 was bad: resume after epoch 3 from ckpt-3
+
+
+def test_concurrent_saves_to_one_path_always_leave_a_loadable_model(tmp_path):
+    """Two launches (2 and 4 workers) save to the same path over and over while a reader keeps loading it."""
+    target = tmp_path / "shared.keras"
+    writer = ("import os, sys; os.environ['TF_USE_LEGACY_KERAS'] = '1'\n"
+              "import entrypoint as dt, tensorflow as tf\n"
+              "model = tf.keras.Sequential([tf.keras.layers.Input((64,)), tf.keras.layers.Dense(256),"
+              " tf.keras.layers.Dense(10)])\n"
+              "for _ in range(15):\n    dt.save(model, sys.argv[1])\n")
+    script = tmp_path / "saver.py"
+    script.write_text(writer)
+    launches = [subprocess.Popen([DISTRAIN, "launch", "-n", str(n), str(script), str(target)], cwd=ROOT,
+                                 env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                for n in (2, 4)]
+    reader = ("import os, sys, time; os.environ['TF_USE_LEGACY_KERAS'] = '1'\nimport tensorflow as tf\n"
+              "loads = 0\nend = time.time() + 25\n"
+              "while time.time() < end and loads < 40:\n"
+              "    if os.path.exists(sys.argv[1]):\n"
+              "        tf.keras.models.load_model(sys.argv[1]); loads += 1\n"
+              "print('LOADS', loads)\n")
+    read = run(["python", "-c", reader, str(target)], env=clean_env(), timeout=120)
+    for proc in launches:
+        out = proc.communicate(timeout=300)[0]
+        assert proc.returncode == 0, out[-3000:]
+    assert read.returncode == 0, read.stdout[-3000:]
+    assert int(re.search(r"LOADS (\d+)", read.stdout).group(1)) > 0
+    assert sorted(os.listdir(tmp_path)) == ["saver.py", "shared.keras"]  # no temp files left
