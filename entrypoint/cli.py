@@ -7,6 +7,7 @@ script's own traceback and exit code pass through unchanged.
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import json
 import os
 import platform
@@ -91,6 +92,7 @@ def run(ctx: typer.Context, script: str = SCRIPT_ARG) -> None:
 
     path = runner.check_script(script)
     plan = detect(os.environ, script=path)
+    runtime.apply_checks(plan)
     runtime.STATE.plan = plan
     logger = log.configure(plan.prefix)
     if plan.checkpoint_dir and os.environ.get("DISTRAIN_HOOKS", "1") != "0":
@@ -206,7 +208,8 @@ def doctor() -> None:
         build = tf.sysconfig.get_build_info()
         typer.echo(f"tensorflow: {tf.__version__} (CUDA build: {build.get('is_cuda_build', False)}, "
                    f"CUDA {build.get('cuda_version', '-')}, cuDNN {build.get('cudnn_version', '-')})")
-        typer.echo(f"keras: {tf.keras.__name__.split('.')[0]} {getattr(tf.keras, '__version__', '?')}")
+        keras_dist = "tf-keras" if tf.keras.__name__.startswith("tf_keras") else "keras"
+        typer.echo(f"keras: {keras_dist} {importlib.metadata.version(keras_dist)}")
         gpus = tf.config.list_physical_devices("GPU")
         typer.echo(f"GPUs seen by TensorFlow: {len(gpus)} {[g.name for g in gpus] if gpus else ''}".rstrip())
         if plan and plan.require_gpu and not gpus:
@@ -244,6 +247,43 @@ def data(
 
     paths = write_digits(out_dir, shards)
     typer.echo(f"wrote {len(paths)} shards to {out_dir}")
+
+
+image_app = typer.Typer(help="Build or pull the Apptainer image (spython), caches kept out of $HOME.",
+                        no_args_is_help=True)
+app.add_typer(image_app, name="image")
+
+
+@image_app.command("build")
+@reports_errors
+def image_build(
+    output: str = typer.Argument("distrain.sif", help="The .sif to write (replaced only after a good build)."),
+    definition: str = typer.Option("Apptainer.def", "--def", help="The definition file."),
+    base_image: Optional[str] = typer.Option(None, "--base-image", help="BASE_IMAGE build argument."),
+    from_docker: Optional[str] = typer.Option(None, "--from-docker", help="Build from a local Docker image instead."),
+    fakeroot: bool = typer.Option(True, "--fakeroot/--no-fakeroot", help="apptainer build --fakeroot."),
+    allow_home: bool = typer.Option(False, "--allow-home", help="Allow Apptainer's cache under $HOME."),
+) -> None:
+    """Build OUTPUT from Apptainer.def (or --from-docker IMAGE), streaming apptainer's output."""
+    from .images import build
+
+    path = build(definition, output, os.environ, base_image=base_image, from_docker=from_docker, fakeroot=fakeroot,
+                 allow_home=allow_home)
+    typer.echo(f"distrain: built {path}")
+
+
+@image_app.command("pull")
+@reports_errors
+def image_pull(
+    uri: str = typer.Argument(..., help="docker://..., oras://..., library://..."),
+    output: str = typer.Argument("distrain.sif", help="The .sif to write (replaced only after a good pull)."),
+    allow_home: bool = typer.Option(False, "--allow-home", help="Allow Apptainer's cache under $HOME."),
+) -> None:
+    """Pull URI into OUTPUT, with APPTAINER_CACHEDIR/TMPDIR/CONFIGDIR outside $HOME."""
+    from .images import pull
+
+    path = pull(uri, output, os.environ, allow_home=allow_home)
+    typer.echo(f"distrain: pulled {path}")
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ EXIT_OK = 0
 EXIT_USAGE = 2  # bad input: unknown mode, malformed TF_CONFIG, inconsistent Slurm variables, missing script
 EXIT_ENVIRONMENT = 3  # the machine cannot run the plan: no GPU, Horovod absent, unwritable directory
 EXIT_WORKER_FAILED = 4  # `distrain launch`: a worker died and the others were stopped
+EXIT_BUILD_FAILED = 5  # `distrain image build|pull`: apptainer failed; the previous image is untouched
 EXIT_PREEMPTED = 75  # stopped on SIGTERM/SIGUSR1 after a checkpoint (EX_TEMPFAIL): safe to requeue
 
 

@@ -35,13 +35,18 @@ def current_plan(script: str | None = None) -> Plan:
     return STATE.plan
 
 
-def apply_environment(plan: Plan) -> None:
-    """Everything that has to happen before `import tensorflow`."""
+def apply_checks(plan: Plan) -> None:
+    """Refusals that need no TensorFlow: no GPU where one is required, Horovod asked for but absent."""
     devices.check_required_before_import(plan)
     if plan.mode == "horovod":
         from .engines.horovod import check_installed
 
         check_installed()
+
+
+def apply_environment(plan: Plan) -> None:
+    """Everything that has to happen before `import tensorflow`."""
+    apply_checks(plan)
     early = {"CUDA_VISIBLE_DEVICES", "TF_USE_LEGACY_KERAS"} & {name for name, _ in plan.env_set}
     if "tensorflow" in sys.modules and early:
         log.get().warning("TensorFlow was imported before distrain's setup: GPU pinning and legacy Keras may not apply")

@@ -1,0 +1,163 @@
+"""Build and pull Apptainer images through spython, with the caches kept out of $HOME.
+
+spython (0.3.14) drives the builds; distrain wraps its sharp edges:
+- it only runs a binary named `singularity`: a shim directory provides that name for `apptainer`;
+- its streaming reads one of stdout/stderr and leaves the other in an unread pipe (a chatty build can block on
+  it): the shim merges both into the stream spython reads;
+- with no binary it raises a bare FileNotFoundError, `build()` defaults to sudo, and it returns the image path
+  even when the command failed over an existing file: distrain finds the binary itself, never uses sudo,
+  builds to a temporary path that replaces the target only after success, and turns failures into exit codes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from .errors import EXIT_BUILD_FAILED, ConfigError, DistrainError, EnvironmentProblem
+
+CACHE_VARS = {"APPTAINER_CACHEDIR": "cache", "APPTAINER_TMPDIR": "tmp", "APPTAINER_CONFIGDIR": "config"}
+
+
+def cache_root(env: Mapping[str, str]) -> str:
+    """First of $DISTRAIN_CACHE, $SCRATCH/distrain, $WORK/distrain, /tmp/$USER/distrain."""
+    if env.get("DISTRAIN_CACHE"):
+        return env["DISTRAIN_CACHE"]
+    for name in ("SCRATCH", "WORK"):
+        if env.get(name):
+            return os.path.join(env[name], "distrain")
+    user = env.get("USER") or env.get("LOGNAME") or str(os.getuid())
+    return os.path.join("/tmp", user, "distrain")
+
+
+def _under(path: str, parent: str) -> bool:
+    path, parent = os.path.realpath(path), os.path.realpath(parent)
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
+def cache_dirs(env: Mapping[str, str], allow_home: bool = False) -> tuple[dict[str, str], str]:
+    """Where Apptainer's cache, temp and config dirs will be; refuse $HOME unless allowed."""
+    root = os.path.join(cache_root(env), "apptainer")
+    dirs = {var: env.get(var) or os.path.join(root, sub) for var, sub in CACHE_VARS.items()}
+    home = env.get("HOME")
+    in_home = [var for var, path in dirs.items() if home and home != "/" and _under(path, home)]
+    if in_home and not allow_home:
+        raise ConfigError(
+            f"{', '.join(in_home)} would be under $HOME ({home}), where image layers fill home quotas: set "
+            "DISTRAIN_CACHE (or SCRATCH) to a scratch directory, or pass --allow-home"
+        )
+    note = "set by you" if any(env.get(v) for v in CACHE_VARS) else f"under {cache_root(env)}"
+    return dirs, note
+
+
+def find_apptainer(env: Mapping[str, str]) -> str:
+    for name in ("apptainer", "singularity"):
+        found = shutil.which(name, path=env.get("PATH"))
+        if found:
+            return found
+    raise EnvironmentProblem(
+        "neither apptainer nor singularity is on PATH: load the site's module (e.g. `module load apptainer`) "
+        "or install Apptainer (scripts/setup-apptainer.sh on Debian)"
+    )
+
+
+@contextlib.contextmanager
+def _apptainer_env(env: Mapping[str, str], allow_home: bool, merge_into: str) -> Iterator[dict[str, str]]:
+    """Make spython run `apptainer` (as `singularity`) with the relocated caches, in os.environ for the call.
+
+    spython takes no environment argument for build/pull (its `environ=` elsewhere replaces the whole
+    environment), so the variables are set on os.environ for the duration and restored afterwards.
+    """
+    binary = find_apptainer(env)
+    dirs, _ = cache_dirs(env, allow_home)
+    for path in dirs.values():
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as exc:
+            raise EnvironmentProblem(f"cannot create the Apptainer cache dir {path} ({exc.strerror})") from None
+    shim = tempfile.mkdtemp(prefix="distrain-shim-")
+    redirect = "2>&1" if merge_into == "stdout" else "1>&2"
+    script = Path(shim, "singularity")
+    script.write_text(f'#!/bin/sh\nexec "{binary}" "$@" {redirect}\n')
+    script.chmod(0o755)
+    saved = dict(os.environ)
+    os.environ.update(dirs)
+    os.environ["PATH"] = f"{shim}:{env.get('PATH', '')}"
+    try:
+        yield dirs
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        shutil.rmtree(shim, ignore_errors=True)
+
+
+def _check_output_dir(output: str) -> None:
+    parent = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+        raise EnvironmentProblem(f"cannot write the image to {output}: {parent} is missing or not writable")
+
+
+def _stream(lines: Iterator[str], what: str, tmp: str) -> None:
+    tail: list[str] = []
+    try:
+        for line in lines:
+            sys.stdout.write(line if line.endswith("\n") else line + "\n")
+            sys.stdout.flush()
+            tail = (tail + [line.rstrip()])[-5:]
+    except subprocess.CalledProcessError as exc:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        last = " | ".join(t for t in tail if t)[-400:]
+        raise DistrainError(f"{what} failed (exit {exc.returncode}): {last}", EXIT_BUILD_FAILED) from None
+
+
+def build(definition: str, output: str, env: Mapping[str, str], base_image: str | None = None,
+          from_docker: str | None = None, fakeroot: bool = True, allow_home: bool = False,
+          build_args: Mapping[str, str] | None = None) -> str:
+    """apptainer build OUTPUT from a definition file, or from a local Docker image (docker-daemon://)."""
+    from spython.main import Client
+
+    if from_docker:
+        recipe = f"docker-daemon://{from_docker}"
+    else:
+        if not os.path.isfile(definition):
+            raise ConfigError(f"definition file {definition} not found")
+        recipe = os.path.abspath(definition)
+    _check_output_dir(output)
+    args = dict(build_args or {})
+    if base_image:
+        args["BASE_IMAGE"] = base_image
+    options: list[str] = ["--fakeroot"] if fakeroot and not from_docker else []
+    for key, value in args.items():
+        options += ["--build-arg", f"{key}={value}"]
+    tmp = os.path.join(os.path.dirname(os.path.abspath(output)), f".{os.path.basename(output)}.partial-{os.getpid()}")
+    with _apptainer_env(env, allow_home, merge_into="stdout"):
+        _, lines = Client.build(recipe=recipe, image=tmp, sudo=False, stream=True, force=True, options=options)
+        _stream(lines, "apptainer build", tmp)
+    if not os.path.isfile(tmp):
+        raise DistrainError(f"apptainer build reported success but wrote no image at {tmp}", EXIT_BUILD_FAILED)
+    os.replace(tmp, output)
+    return output
+
+
+def pull(uri: str, output: str, env: Mapping[str, str], allow_home: bool = False) -> str:
+    """apptainer pull OUTPUT URI (docker://, oras://, library://...), replacing OUTPUT only on success."""
+    from spython.main import Client
+
+    _check_output_dir(output)
+    folder = os.path.dirname(os.path.abspath(output))
+    tmp_name = f".{os.path.basename(output)}.partial-{os.getpid()}"
+    tmp = os.path.join(folder, tmp_name)
+    with _apptainer_env(env, allow_home, merge_into="stderr"):
+        _, lines = Client.pull(image=uri, name=tmp_name, pull_folder=folder, stream=True, force=True)
+        _stream(lines, "apptainer pull", tmp)
+    if not os.path.isfile(tmp):
+        raise DistrainError(f"apptainer pull reported success but wrote no image at {tmp}", EXIT_BUILD_FAILED)
+    os.replace(tmp, output)
+    return output

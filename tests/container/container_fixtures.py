@@ -1,0 +1,81 @@
+"""Real container builds: Docker (Debian's docker.io) and Apptainer, on a local CPU base image.
+
+The base (scripts/build-test-base.sh) is built once per machine and reused; the project's Dockerfile and
+Apptainer.def are built for real every session, unchanged but for BASE_IMAGE.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT, clean_env
+
+DOCKER = "/usr/bin/docker"
+BASE_TAR = Path(os.environ.get("DISTRAIN_TEST_BASE_TAR", "/var/cache/distrain/test-base-tf2.17.1.tar"))
+BASE_TAG = "distrain-test-base:tf2.17.1"
+REGISTRY = "127.0.0.1:5000"
+APPTAINER_HOME = Path(os.environ.get("DISTRAIN_APPTAINER_HOME", "/opt/distrain-apptainer"))
+
+
+def container_env(**extra: str) -> dict[str, str]:
+    """The environment for docker/apptainer commands: our daemon's socket, the relocated apptainer on PATH."""
+    env = clean_env(DOCKER_HOST="unix:///run/distrain-containers/docker.sock", APPTAINER_NOHTTPS="1",
+                    # root in this sandbox lacks CAP_SYS_RESOURCE, which apptainer would otherwise try to keep
+                    APPTAINER_DROP_CAPS="CAP_SYS_RESOURCE")
+    env["PATH"] = f"{APPTAINER_HOME / 'bin'}:{env['PATH']}"
+    env.update(extra)
+    return env
+
+
+def sh(cmd: list[str], timeout: float = 900, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, env=container_env(**env), cwd=ROOT, text=True, timeout=timeout,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+@pytest.fixture(scope="session")
+def docker():
+    """dockerd + local registry (started by the project's script), with the test base image loaded and pushed."""
+    if not shutil.which("dockerd"):
+        pytest.skip("docker.io is not installed (scripts/install.sh installs it)")
+    running = sh(["scripts/container-services.sh", "env"]).returncode == 0 and \
+        sh([DOCKER, "info"], timeout=30).returncode == 0
+    started = sh(["scripts/container-services.sh", "start"], timeout=120)
+    if started.returncode != 0:
+        pytest.skip(f"dockerd cannot run here: {started.stdout.strip()[-500:]}")
+    if sh([DOCKER, "image", "inspect", BASE_TAG], timeout=60).returncode != 0:
+        built = sh(["scripts/build-test-base.sh", str(BASE_TAR)], timeout=1200)
+        assert built.returncode == 0, built.stdout[-3000:]
+        imported = sh([DOCKER, "import", str(BASE_TAR), BASE_TAG], timeout=600)
+        assert imported.returncode == 0, imported.stdout
+    remote = f"{REGISTRY}/{BASE_TAG}"
+    assert sh([DOCKER, "tag", BASE_TAG, remote]).returncode == 0
+    pushed = sh([DOCKER, "push", "-q", remote], timeout=600)
+    assert pushed.returncode == 0, pushed.stdout[-2000:]
+    yield remote
+    if not running:
+        sh(["scripts/container-services.sh", "stop"], timeout=120)
+
+
+@pytest.fixture(scope="session")
+def docker_image(docker):
+    out = sh([DOCKER, "build", "--build-arg", f"BASE_IMAGE={BASE_TAG}", "-t", "distrain:test", "."], timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:]
+    return "distrain:test"
+
+
+@pytest.fixture(scope="session")
+def sif(docker, tmp_path_factory):
+    """The project's Apptainer.def built by `distrain image build` (spython) on the base from the local registry."""
+    if not (APPTAINER_HOME / "bin" / "apptainer").exists() and not shutil.which("apptainer"):
+        pytest.skip("apptainer is not installed (scripts/install.sh runs scripts/setup-apptainer.sh)")
+    image = tmp_path_factory.mktemp("sif") / "distrain.sif"
+    out = sh([str(ROOT / ".venv" / "bin" / "distrain"), "image", "build", str(image), "--base-image", docker],
+             timeout=1200, DISTRAIN_CACHE=str(tmp_path_factory.mktemp("apptainer-cache")))
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert f"distrain: built {image}" in out.stdout
+    return image

@@ -1,0 +1,151 @@
+"""The Dockerfile and Apptainer.def, built for real and run as users run them."""
+
+import os
+import re
+import subprocess
+import tarfile
+
+import pytest
+
+from container_fixtures import DOCKER, REGISTRY, sh
+from helpers import ROOT, assert_trained_in_sync, clean_env
+from slurm_jobs import submit
+
+TRAIN = ["examples/train.py", "--epochs", "2"]
+
+
+def test_docker_run_trains_the_example(docker_image):
+    out = sh([DOCKER, "run", "--rm", "-e", "DISTRAIN_REQUIRE_GPU=0", "-v", f"{ROOT}/examples:/workspace/examples:ro",
+              docker_image, *TRAIN])
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert_trained_in_sync(out.stdout, workers=1)
+
+
+def test_docker_image_requires_a_gpu_by_default_and_says_how(docker_image):
+    out = sh([DOCKER, "run", "--rm", "-v", f"{ROOT}/examples:/workspace/examples:ro", docker_image, *TRAIN])
+    assert out.returncode == 3 and "--gpus all" in out.stdout and "Traceback" not in out.stdout
+
+
+def test_docker_plan_and_non_root_user(docker_image):
+    out = sh([DOCKER, "run", "--rm", docker_image, "plan", "--json"])
+    assert out.returncode == 0 and '"mode": "single"' in out.stdout
+    assert sh([DOCKER, "run", "--rm", "--entrypoint", "id", docker_image, "-u"]).stdout.strip() == "1000"
+    labels = sh([DOCKER, "inspect", "-f", "{{json .Config.Labels}}", docker_image]).stdout
+    assert '"org.opencontainers.image.version":"0.1.0"' in labels
+
+
+def test_apptainer_run_trains_the_example(sif):
+    out = sh(["apptainer", "run", "--nv", "--env", "DISTRAIN_REQUIRE_GPU=0", str(sif), *TRAIN])
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert_trained_in_sync(out.stdout, workers=1)
+
+
+def test_apptainer_without_gpu_points_at_nv(sif):
+    out = sh(["apptainer", "run", str(sif), *TRAIN])
+    assert out.returncode == 3 and "apptainer run --nv" in out.stdout
+
+
+def test_apptainer_plan_test_and_labels(sif):
+    assert "mode" in sh(["apptainer", "run", str(sif), "plan"]).stdout
+    tested = sh(["apptainer", "test", str(sif)])
+    assert tested.returncode == 0, tested.stdout[-2000:]
+    assert "horovod: 0.28.1" in tested.stdout and "no problems found" in tested.stdout
+    assert "org.opencontainers.image.version: 0.1.0" in sh(["apptainer", "inspect", str(sif)]).stdout
+
+
+def test_srun_apptainer_mwm_two_tasks(sif, slurm, tmp_path):
+    env = {"USE_CONTAINER": "1", "DISTRAIN_IMAGE": str(sif), "APPTAINERENV_DISTRAIN_REQUIRE_GPU": "0",
+           "APPTAINER_DROP_CAPS": "CAP_SYS_RESOURCE",
+           "PATH": f"/opt/distrain-apptainer/bin:{clean_env()['PATH']}"}
+    job = submit(slurm, tmp_path, "mwm", ["--cpus-per-task=1", "--time=10", "--nodes=2", "--ntasks-per-node=1",
+                                          "--gres=gpu:1"], ["--epochs", "2"], **env)
+    assert job.code == 0, job
+    assert "apptainer run --nv --bind" in job.log and "mwm on 2 worker(s)" in job.log
+    assert_trained_in_sync(job.log, workers=2)
+
+
+@pytest.fixture(scope="module")
+def tiny_image(docker, tmp_path_factory):
+    """A small image in the local registry, so the pull test measures the pull, not a 2 GB squash."""
+    root = tmp_path_factory.mktemp("tiny")
+    tar = root / "tiny.tar"
+    with tarfile.open(tar, "w") as archive:
+        archive.add("/bin/true", arcname="bin/true")
+        for lib in ("/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2"):
+            archive.add(os.path.realpath(lib), arcname=lib.lstrip("/"))
+    remote = f"{REGISTRY}/distrain-tiny:1"
+    assert sh([DOCKER, "import", str(tar), remote]).returncode == 0
+    assert sh([DOCKER, "push", "-q", remote]).returncode == 0
+    return remote
+
+
+def test_image_pull_keeps_the_cache_out_of_home(tiny_image, tmp_path):
+    home, cache = tmp_path / "home", tmp_path / "scratch"
+    home.mkdir()
+    out = sh([str(ROOT / ".venv/bin/distrain"), "image", "pull", f"docker://{tiny_image}", str(tmp_path / "t.sif")],
+             HOME=str(home), DISTRAIN_CACHE=str(cache))
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert (tmp_path / "t.sif").is_file()
+    assert any((cache / "apptainer" / "cache").rglob("*")), "nothing was cached in the relocated cache dir"
+    assert list(home.iterdir()) == [], f"apptainer wrote into $HOME: {list(home.rglob('*'))}"
+
+
+def test_image_pull_refuses_a_cache_under_home(tmp_path):
+    out = sh([str(ROOT / ".venv/bin/distrain"), "image", "pull", "docker://x/y", str(tmp_path / "t.sif")],
+             HOME=str(tmp_path), DISTRAIN_CACHE=str(tmp_path / "cache"))
+    assert out.returncode == 2 and "under $HOME" in out.stdout and "--allow-home" in out.stdout
+
+
+def test_failed_build_keeps_the_old_image_and_exits_5(tmp_path):
+    target = tmp_path / "old.sif"
+    target.write_bytes(b"previous image")
+    broken = tmp_path / "broken.def"
+    broken.write_text("Bootstrap: docker\nFrom: 127.0.0.1:5000/does-not-exist:1\n")
+    out = sh([str(ROOT / ".venv/bin/distrain"), "image", "build", str(target), "--def", str(broken)],
+             DISTRAIN_CACHE=str(tmp_path / "cache"))
+    assert out.returncode == 5, out.stdout[-2000:]
+    assert "apptainer build failed" in out.stdout
+    assert target.read_bytes() == b"previous image"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.def", "cache", "old.sif"]
+
+
+def test_no_apptainer_is_a_clear_error(tmp_path):
+    out = subprocess.run([str(ROOT / ".venv/bin/distrain"), "image", "pull", "docker://x/y", str(tmp_path / "t.sif")],
+                         env=clean_env(PATH="/usr/bin:/bin", DISTRAIN_CACHE=str(tmp_path)), text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
+    assert out.returncode == 3 and "neither apptainer nor singularity is on PATH" in out.stdout
+
+
+def test_dockerfile_and_def_describe_the_same_image():
+    """Field by field through spython's parsers (their converters are lossy, so no round trip)."""
+    from spython.main.parse.parsers import DockerParser, SingularityParser
+
+    docker = DockerParser(str(ROOT / "Dockerfile")).recipe["spython-base"]
+    apptainer = SingularityParser(str(ROOT / "Apptainer.def")).recipe["spython-base"]
+    definition = (ROOT / "Apptainer.def").read_text()
+    arguments = dict(re.findall(r"^\s+(\w+)=(\S+)$", definition.split("%arguments", 1)[1].split("\n%", 1)[0], re.M))
+    assert docker.fromHeader == arguments["BASE_IMAGE"]
+    assert apptainer.fromHeader.lower() == "{{ base_image }}"
+    assert sorted(docker.environ) == sorted(apptainer.environ) == ["DISTRAIN_REQUIRE_GPU=1"]
+    assert docker.entrypoint == ["distrain"] and apptainer.cmd.strip() == 'exec distrain "$@"'
+    docker_files = {os.path.join(dst, os.path.basename(src)) if dst.endswith("/") else dst
+                    for src, dst in docker.files}
+    assert docker_files == {line.split()[1] for line in apptainer.files}
+    pip = [line.strip() for line in definition.splitlines() if "pip install" in line]
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    for command in pip:
+        assert command.lstrip("|& ").rstrip(" \\") in dockerfile, command
+    for key in ("org.opencontainers.image.version", "org.opencontainers.image.source"):
+        assert key in dockerfile and key in definition
+
+
+def test_linters_pass_on_dockerfile_and_def_sections(tmp_path):
+    venv = ROOT / ".venv" / "bin"
+    assert subprocess.run([str(venv / "hadolint"), str(ROOT / "Dockerfile")]).returncode == 0
+    definition = (ROOT / "Apptainer.def").read_text()
+    for section in ("post", "runscript", "test", "environment"):
+        body = re.search(rf"^%{section}\n(.*?)(?=^%|\Z)", definition, re.M | re.S).group(1)
+        script = tmp_path / f"{section}.sh"
+        script.write_text("#!/bin/sh\n" + body)
+        result = subprocess.run([str(venv / "shellcheck"), str(script)], capture_output=True, text=True)
+        assert result.returncode == 0, f"%{section}:\n{result.stdout}"
