@@ -127,10 +127,11 @@ def launch(
     n: int = typer.Option(2, "-n", "--workers", help="Number of local workers."),
     port: Optional[int] = typer.Option(None, "--port", help="First port (default: free ports chosen now)."),
 ) -> None:
-    """Start N local MultiWorkerMirroredStrategy workers for SCRIPT; stop all if one dies."""
+    """Start N local MultiWorkerMirroredStrategy workers for SCRIPT (or `bench`); stop all if one dies."""
     from . import launcher, runner
 
-    runner.check_script(script)
+    if script != "bench":
+        runner.check_script(script)
     raise typer.Exit(launcher.launch(n, script, list(ctx.args), port=port))
 
 
@@ -247,6 +248,55 @@ def data(
 
     paths = write_digits(out_dir, shards)
     typer.echo(f"wrote {len(paths)} shards to {out_dir}")
+
+
+RESULTS_OPTION = typer.Option(None, "--result", help="Result JSON files for --plot (repeat the option).")
+
+
+@app.command()
+@reports_errors
+def bench(
+    model: str = typer.Option("small_cnn", help="small_cnn (CPU-sized) or resnet50 (GPU)."),
+    batch_per_replica: int = typer.Option(32, "--batch-per-replica", help="Images per replica per step."),
+    steps: int = typer.Option(50, help="Timed steps."),
+    warmup: int = typer.Option(10, help="Untimed warm-up steps."),
+    image_size: Optional[int] = typer.Option(None, "--image-size", help="Default: 32 (small_cnn), 224 (resnet50)."),
+    xla: bool = typer.Option(False, "--xla", help="jit_compile the model."),
+    mixed_precision: bool = typer.Option(False, "--mixed-precision", help="mixed_float16 policy."),
+    baseline: Optional[str] = typer.Option(None, help="Single-replica result JSON, for scaling efficiency."),
+    json_out: Optional[str] = typer.Option(None, "--json", help="Write the result (from the chief) as JSON."),
+    plot_out: Optional[str] = typer.Option(None, "--plot", help="Plot the given --result files to this PNG."),
+    results: Optional[list[str]] = RESULTS_OPTION,
+) -> None:
+    """Synthetic-data training throughput (images/sec) in the mode the environment implies.
+
+    Works wherever `distrain run` does: plain on one GPU, `distrain launch -n 2 bench`, `TRAIN_SCRIPT=bench
+    sbatch jobs/mwm.job`, under horovodrun/mpirun. `--plot out.png --result a.json --result b.json` plots
+    throughput against replicas instead of measuring.
+    """
+    from . import bench as bench_mod
+
+    if plot_out:
+        if not results:
+            fail("--plot needs --result files", 2)
+        bench_mod.plot(results, plot_out)
+        typer.echo(f"distrain: wrote {plot_out}")
+        return
+    from . import log, runtime
+
+    plan = detect(os.environ)
+    runtime.apply_checks(plan)
+    log.configure(plan.prefix)
+    engine = runtime.setup(plan)
+    base = bench_mod.read_json(baseline) if baseline else None
+    config = bench_mod.BenchConfig(model=model, batch_per_replica=batch_per_replica, steps=steps, warmup=warmup,
+                                   image_size=image_size, xla=xla, mixed_precision=mixed_precision)
+    result = bench_mod.run_bench(engine, config, base)
+    if engine.rank == 0:
+        typer.echo(bench_mod.table(result))
+        if json_out:
+            bench_mod.write_json(result, json_out)
+            typer.echo(f"distrain: wrote {json_out}")
 
 
 image_app = typer.Typer(help="Build or pull the Apptainer image (spython), caches kept out of $HOME.",

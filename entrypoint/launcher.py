@@ -77,8 +77,9 @@ def launch(n: int, script: str, args: list[str], port: int | None = None, grace:
     pumps: list[threading.Thread] = []
     for index in range(n):
         env = worker_env(dict(os.environ), workers, index, run_id)
+        command = ["bench"] if script == "bench" else ["run", script]  # `distrain launch -n 2 bench ...`
         proc = subprocess.Popen(
-            [sys.executable, "-m", "entrypoint", "run", script, *args],
+            [sys.executable, "-m", "entrypoint", *command, *args],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
         )
         procs.append(proc)

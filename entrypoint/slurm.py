@@ -200,7 +200,8 @@ def port_base(step: SlurmStep, world_size: int, configured: str | None) -> int:
     slot = 64
     while slot < world_size:
         slot *= 2
-    first, last = 20000, 60000
+    # below Linux's ephemeral range (32768-60999 by default), where any outgoing connection may take a port
+    first, last = 20000, 32768
     slots = (last - first) // slot
     key = zlib.crc32(f"{step.job_id}.{step.step_id}.{step.restart}".encode())  # a requeued run moves on
     return first + (key % slots) * slot

@@ -8,7 +8,8 @@
 #   USE_CONTAINER     1: srun apptainer run --nv IMAGE (default) | 0: the virtualenv DISTRAIN_VENV
 #   DISTRAIN_VENV     virtualenv for USE_CONTAINER=0 (default: $DISTRAIN_HOME/.venv; jobs/venv_build.job makes it)
 #   TRAIN_SCRIPT      the training script (default: $DISTRAIN_HOME/examples/train.py); its arguments are the
-#                     job script's arguments: sbatch jobs/mwm.job --epochs 10
+#                     job script's arguments: sbatch jobs/mwm.job --epochs 10. TRAIN_SCRIPT=bench runs
+#                     `distrain bench` instead (arguments: its options, e.g. --model resnet50 --json out.json)
 #   DISTRAIN_OUTPUT_DIR  where checkpoints go (default: $SLURM_SUBMIT_DIR/distrain-output); bound into the image
 #   DISTRAIN_DATA_DIR    a data directory to bind into the image (optional)
 #   DISTRAIN_BIND     extra bind paths, comma-separated (apptainer --bind syntax)
@@ -51,7 +52,8 @@ distrain_site_hooks() {
 # Fail in seconds, in the job log, instead of after the queue wait and a container start.
 distrain_preflight() {
   local mode=$1
-  [ -f "$TRAIN_SCRIPT" ] || distrain_die "training script $TRAIN_SCRIPT not found (set TRAIN_SCRIPT)"
+  [ "$TRAIN_SCRIPT" = bench ] || [ -f "$TRAIN_SCRIPT" ] \
+    || distrain_die "training script $TRAIN_SCRIPT not found (set TRAIN_SCRIPT)"
   if [ "$USE_CONTAINER" = 1 ]; then
     [ -f "$DISTRAIN_IMAGE" ] || distrain_die "image $DISTRAIN_IMAGE not found: build it (distrain image build) or set DISTRAIN_IMAGE"
     APPTAINER=${APPTAINER:-$(command -v apptainer || command -v singularity || true)}
@@ -76,17 +78,17 @@ distrain_preflight() {
   fi
 }
 
-# The command each task runs: the image's runscript, or the venv's distrain.
+# The command each task runs: the image's runscript, or the venv's distrain. Both take `SCRIPT ARGS` (run) or
+# `bench ARGS`.
 distrain_task_command() {
   if [ "$USE_CONTAINER" = 1 ]; then
-    local bind script_dir
-    script_dir=$(dirname "$(realpath "$TRAIN_SCRIPT")")
-    bind="$DISTRAIN_OUTPUT_DIR,$script_dir"
+    local bind="$DISTRAIN_OUTPUT_DIR"
+    [ "$TRAIN_SCRIPT" = bench ] || bind="$bind,$(dirname "$(realpath "$TRAIN_SCRIPT")")"
     [ -n "${DISTRAIN_DATA_DIR:-}" ] && bind="$bind,$DISTRAIN_DATA_DIR"
     [ -n "${DISTRAIN_BIND:-}" ] && bind="$bind,$DISTRAIN_BIND"
     TASK_COMMAND=("$APPTAINER" run --nv --bind "$bind" "$DISTRAIN_IMAGE")
   else
-    TASK_COMMAND=("$DISTRAIN_VENV/bin/distrain" run)
+    TASK_COMMAND=("$DISTRAIN_VENV/bin/distrain")
   fi
 }
 

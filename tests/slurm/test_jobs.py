@@ -131,3 +131,11 @@ def test_sigterm_checkpoints_requeues_and_resumes(slurm, tmp_path):
     assert_trained_in_sync(resumed, workers=2)
     show = subprocess.run(["scontrol", "show", "job", job_id], env=env, capture_output=True, text=True).stdout
     assert "Restarts=1" in show and "JobState=COMPLETED" in show
+
+
+def test_bench_as_the_job_script(slurm, tmp_path):
+    job = submit(slurm, tmp_path, "mwm", [*SMALL, "--nodes=2", "--ntasks-per-node=1", "--gres=gpu:1"],
+                 ["--steps", "5", "--warmup", "2", "--json", str(tmp_path / "bench.json")], TRAIN_SCRIPT="bench")
+    assert job.code == 0, job
+    assert job.log.count("images/sec") == 1 and "mwm, 2 worker(s), 2 replica(s)" in job.log
+    assert (tmp_path / "bench.json").is_file()

@@ -1,0 +1,37 @@
+"""Benchmarks in smoke mode: every benchmark runs and writes its ratios. No speed is asserted here (timings
+on a shared 2-core machine are noise); the numbers come from running benchmarks/run.py by hand."""
+
+import json
+import math
+import sys
+
+from helpers import DISTRAIN, clean_env, run
+
+
+def test_benchmarks_smoke_writes_every_ratio(tmp_path):
+    out = run([sys.executable, "benchmarks/run.py", "all", "--smoke", "--out", str(tmp_path)], timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:]
+    results = json.loads((tmp_path / "smoke-all.json").read_text())
+    assert results["machine"]["cores"] >= 1 and results["machine"]["tensorflow"].startswith("2.17")
+    for mode in ("single", "mwm x2", "horovod x2 (gloo)"):
+        assert math.isfinite(results["overhead"][mode]["ratio"]) and results["overhead"][mode]["ratio"] > 0
+    assert results["startup"]["ratio"] > 0
+    assert "ratio" in results["container"] or "skipped" in results["container"]
+    assert set(results["comm"]["allreduce_ms_by_elements"]) == {"mwm ring", "horovod gloo", "horovod mpi"}
+
+
+def test_distrain_bench_json_baseline_and_plot(tmp_path):
+    single, double = tmp_path / "one.json", tmp_path / "two.json"
+    out = run([DISTRAIN, "bench", "--steps", "5", "--warmup", "2", "--json", str(single)], env=clean_env())
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "images/sec" in out.stdout
+    out = run([DISTRAIN, "launch", "-n", "2", "bench", "--steps", "5", "--warmup", "2", "--baseline", str(single),
+               "--json", str(double)], env=clean_env())
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert out.stdout.count("images/sec") == 1  # the table comes from the chief only
+    result = json.loads(double.read_text())
+    assert (result["mode"], result["replicas"], result["global_batch"]) == ("mwm", 2, 64)
+    assert result["scaling_efficiency"] > 0
+    png = tmp_path / "scaling.png"
+    out = run([DISTRAIN, "bench", "--plot", str(png), "--result", str(single), "--result", str(double)])
+    assert out.returncode == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
