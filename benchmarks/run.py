@@ -86,8 +86,14 @@ def overhead(reps: int, smoke: bool) -> dict:
     pairs = {
         "single": (lambda: bench_line([DISTRAIN, "run", WORKLOAD, *work]),
                    lambda: bench_line([sys.executable, WORKLOAD, "--handmade", "single", *work])),
-        "mwm x2": (lambda: bench_line([DISTRAIN, "launch", "-n", "2", WORKLOAD, *work]),
-                   lambda: handmade_mwm(work)),
+        # distrain's defaults turn oneDNN off for multi-worker MWM (tensorflow#60857, see README); the second
+        # row gives distrain the hand-written version's kernels, isolating distrain's own overhead
+        "mwm x2 (defaults: oneDNN off)": (lambda: bench_line([DISTRAIN, "launch", "-n", "2", WORKLOAD, *work]),
+                                          lambda: handmade_mwm(work)),
+        "mwm x2 (TF_ENABLE_ONEDNN_OPTS=1)": (
+            lambda: bench_line([DISTRAIN, "launch", "-n", "2", WORKLOAD, *work],
+                               extra_env={"TF_ENABLE_ONEDNN_OPTS": "1"}),
+            lambda: handmade_mwm(work)),
         "horovod x2 (gloo)": (
             lambda: bench_line(["horovodrun", "-np", "2", "--gloo", DISTRAIN, "run", WORKLOAD, *work]),
             lambda: bench_line(["horovodrun", "-np", "2", "--gloo", sys.executable, WORKLOAD, "--handmade",

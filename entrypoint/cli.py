@@ -175,6 +175,31 @@ def plan_cmd(
         _print_plan(plan)
 
 
+def _container_tools() -> str:
+    """Which container tools work here (informational: inside an image neither is expected)."""
+    import shutil
+    import subprocess
+
+    parts = []
+    try:
+        from .images import find_apptainer
+
+        binary = find_apptainer(os.environ)
+        version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=20).stdout.strip()
+        parts.append(f"apptainer: {version or binary}")
+    except DistrainError as exc:
+        parts.append(f"apptainer: not usable ({exc})")
+    docker = shutil.which("docker")
+    if docker:
+        info = subprocess.run([docker, "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True,
+                              timeout=20)
+        parts.append(f"docker: server {info.stdout.strip()}" if info.returncode == 0
+                     else f"docker: client only, no daemon reachable ({info.stderr.strip()[:120]})")
+    else:
+        parts.append("docker: not installed")
+    return "containers: " + "; ".join(parts)
+
+
 @app.command()
 def doctor() -> None:
     """Show the Plan, versions (TensorFlow, Keras, Horovod, CUDA), GPUs, proxies and caches; report problems."""
@@ -200,6 +225,7 @@ def doctor() -> None:
         problems.append(str(exc))
     except ImportError:
         pass
+    typer.echo(_container_tools())
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if plan is None or plan.keras == "legacy":
         os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")

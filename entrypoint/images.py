@@ -21,19 +21,14 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from .errors import EXIT_BUILD_FAILED, ConfigError, DistrainError, EnvironmentProblem
+from .plan import scratch_dir
 
 CACHE_VARS = {"APPTAINER_CACHEDIR": "cache", "APPTAINER_TMPDIR": "tmp", "APPTAINER_CONFIGDIR": "config"}
 
 
 def cache_root(env: Mapping[str, str]) -> str:
     """First of $DISTRAIN_CACHE, $SCRATCH/distrain, $WORK/distrain, /tmp/$USER/distrain."""
-    if env.get("DISTRAIN_CACHE"):
-        return env["DISTRAIN_CACHE"]
-    for name in ("SCRATCH", "WORK"):
-        if env.get(name):
-            return os.path.join(env[name], "distrain")
-    user = env.get("USER") or env.get("LOGNAME") or str(os.getuid())
-    return os.path.join("/tmp", user, "distrain")
+    return scratch_dir(env, "DISTRAIN_CACHE")
 
 
 def _under(path: str, parent: str) -> bool:

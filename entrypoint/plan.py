@@ -200,10 +200,11 @@ def _pick_devices(mode: str, gpus: tuple[str, ...], local_rank: int, local_size:
     )
 
 
-def default_output_dir(env: Mapping[str, str]) -> str:
-    """Where distrain writes by default: DISTRAIN_OUTPUT_DIR, else scratch space, never $HOME."""
-    if env.get("DISTRAIN_OUTPUT_DIR"):
-        return env["DISTRAIN_OUTPUT_DIR"]
+def scratch_dir(env: Mapping[str, str], override: str) -> str:
+    """$override if set, else $SCRATCH/distrain, $WORK/distrain, /tmp/$USER/distrain: never $HOME, whose quota
+    checkpoints and image layers fill."""
+    if env.get(override):
+        return env[override]
     for name in ("SCRATCH", "WORK"):
         if env.get(name):
             return os.path.join(env[name], "distrain")
@@ -219,7 +220,7 @@ def _checkpoint_dir(env: Mapping[str, str], script: str | None) -> tuple[str | N
     run_id = env.get("SLURM_ARRAY_JOB_ID") and f"{env['SLURM_ARRAY_JOB_ID']}_{env.get('SLURM_ARRAY_TASK_ID', '0')}"
     run_id = run_id or env.get("SLURM_JOB_ID") or env.get("DISTRAIN_RUN_ID") or "local"
     stem = Path(script).stem if script else "script"
-    path = os.path.join(default_output_dir(env), "checkpoints", f"{run_id}-{stem}")
+    path = os.path.join(scratch_dir(env, "DISTRAIN_OUTPUT_DIR"), "checkpoints", f"{run_id}-{stem}")
     return path, "per job id under the output dir (DISTRAIN_OUTPUT_DIR / $SCRATCH / $WORK / /tmp/$USER)"
 
 

@@ -13,7 +13,7 @@ def test_benchmarks_smoke_writes_every_ratio(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:]
     results = json.loads((tmp_path / "smoke-all.json").read_text())
     assert results["machine"]["cores"] >= 1 and results["machine"]["tensorflow"].startswith("2.17")
-    for mode in ("single", "mwm x2", "horovod x2 (gloo)"):
+    for mode in ("single", "mwm x2 (defaults: oneDNN off)", "mwm x2 (TF_ENABLE_ONEDNN_OPTS=1)", "horovod x2 (gloo)"):
         assert math.isfinite(results["overhead"][mode]["ratio"]) and results["overhead"][mode]["ratio"] > 0
     assert results["startup"]["ratio"] > 0
     assert "ratio" in results["container"] or "skipped" in results["container"]

@@ -13,11 +13,13 @@ MPIRUN = ["mpirun", "--allow-run-as-root", "--tag-output", "-np", "2", "-x", "PA
 @pytest.mark.parametrize("launcher", ["gloo", "mpi"])
 def test_horovod_averages_ranks_that_start_apart(launcher, tmp_path):
     cmd = ["horovodrun", "-np", "2", "--gloo"] if launcher == "gloo" else MPIRUN
-    out = run([*cmd, DISTRAIN, "run", "examples/sync_check.py", "--epochs", "3"])
+    out = run([*cmd, DISTRAIN, "run", "examples/sync_check.py", "--epochs", "3", "--save", str(tmp_path / "m.keras")])
     assert out.returncode == 0, out.stdout[-3000:]
     found = assert_trained_in_sync(out.stdout, workers=2)
     assert {(r["rank"], r["size"]) for r in found} == {("0", "2"), ("1", "2")}
     assert "horovod on 2 worker(s)" in out.stdout
+    # dt.save under Horovod: rank 0 alone writes, atomically
+    assert out.stdout.count("distrain: saved model to") == 1 and os.listdir(tmp_path) == ["m.keras"]
 
 
 def test_negative_control_without_hooks_diverges():

@@ -67,14 +67,16 @@ def test_two_mwm_jobs_share_a_node_without_port_collisions(slurm, tmp_path):
         assert_trained_in_sync(log, workers=2)
 
 
-def test_a_killed_task_ends_the_job_fast(slurm, tmp_path):
-    marker = str(tmp_path / "kill-me")
-    job_id = submit(slurm, tmp_path, "mwm", [*SMALL, "--nodes=2", "--ntasks-per-node=1", "--gres=gpu:1"],
-                    ["--epochs", "500", "--save", marker], wait=False, DISTRAIN_CHECKPOINT="0")
+def test_a_killed_task_ends_the_job_fast_and_a_rerun_resumes(slurm, tmp_path):
+    marker = str(tmp_path / "model.keras")
+    layout = [*SMALL, "--nodes=2", "--ntasks-per-node=1", "--gres=gpu:1"]
+    checkpoints = str(tmp_path / "ckpt")  # a new job id would start afresh: share the dir between the two jobs
+    job_id = submit(slurm, tmp_path, "mwm", layout, ["--epochs", "8", "--save", marker], wait=False,
+                    DISTRAIN_CHECKPOINT_DIR=checkpoints)
     log = tmp_path / f"mwm-{job_id}.out"
     try:
         deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and "Epoch 2/" not in (log.read_text() if log.exists() else ""):
+        while time.monotonic() < deadline and "Epoch 4/" not in (log.read_text() if log.exists() else ""):
             time.sleep(0.5)
         pids = subprocess.run(["pgrep", "-f", "--", f"--save {marker}"], capture_output=True, text=True).stdout.split()
         # the Python workers, not srun or the batch shell, whose command lines carry the same arguments
@@ -89,6 +91,12 @@ def test_a_killed_task_ends_the_job_fast(slurm, tmp_path):
     text = log.read_text()
     assert "RESULT" not in text
     assert re.search(r"(Killed|exited with exit code|terminated)", text), text[-3000:]
+    rerun = submit(slurm, tmp_path, "mwm", layout, ["--epochs", "8", "--save", marker],
+                   DISTRAIN_CHECKPOINT_DIR=checkpoints)
+    assert rerun.code == 0, rerun
+    assert "resumed from checkpoint" in rerun.log
+    assert int(re.search(r"Epoch (\d+)/8", rerun.log).group(1)) >= 4  # epochs 1-3 were checkpointed
+    assert_trained_in_sync(rerun.log, workers=2)
 
 
 def test_missing_image_fails_in_seconds_with_the_reason_in_the_log(slurm, tmp_path):
@@ -111,7 +119,7 @@ def test_gpus_per_node_must_match_tasks_per_node(slurm, tmp_path):
 
 def test_sigterm_checkpoints_requeues_and_resumes(slurm, tmp_path):
     job_id = submit(slurm, tmp_path, "mwm", [*SMALL, "--nodes=1", "--ntasks-per-node=2", "--gres=gpu:2"],
-                    ["--epochs", "6"], wait=False)
+                    ["--epochs", "9"], wait=False)
     log = tmp_path / f"mwm-{job_id}.out"
     env = {**os.environ, "SLURM_CONF": slurm}
     try:
@@ -126,8 +134,10 @@ def test_sigterm_checkpoints_requeues_and_resumes(slurm, tmp_path):
     text = log.read_text()
     assert text.count("stopped on SIGTERM after saving a checkpoint") == 2, text[-3000:]
     assert f"requeueing job {job_id}" in text
+    stopped_in = int(re.search(r"at the start of epoch (\d+)", text).group(1))
+    assert stopped_in >= 3  # the signal came during epoch 3
     resumed = text[text.index("resumed from checkpoint"):]
-    assert re.search(r"Epoch (\d+)/6", resumed).group(1) == "3"  # epochs 1-2 were not redone
+    assert int(re.search(r"Epoch (\d+)/\d+", resumed).group(1)) == stopped_in  # completed epochs not redone
     assert_trained_in_sync(resumed, workers=2)
     show = subprocess.run(["scontrol", "show", "job", job_id], env=env, capture_output=True, text=True).stdout
     assert "Restarts=1" in show and "JobState=COMPLETED" in show
