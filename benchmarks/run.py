@@ -153,7 +153,10 @@ def comm(reps: int, smoke: bool) -> dict:
 def machine() -> dict:
     import tensorflow as tf  # noqa: F401 - version only
 
-    return {"host": platform.node(), "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+    cpu = platform.machine()
+    with open("/proc/cpuinfo") as info:
+        names = [line.split(":", 1)[1].strip() for line in info if line.startswith("model name")]
+    return {"host": platform.node(), "cpu": names[0] if names else cpu, "cores": os.cpu_count(),
             "python": platform.python_version(), "tensorflow": tf.__version__,
             "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 

@@ -95,7 +95,7 @@ def run(ctx: typer.Context, script: str = SCRIPT_ARG) -> None:
     runtime.apply_checks(plan)
     runtime.STATE.plan = plan
     logger = log.configure(plan.prefix)
-    if plan.checkpoint_dir and os.environ.get("DISTRAIN_HOOKS", "1") != "0":
+    if plan.checkpoint_dir:
         from .checkpoint import check_writable
 
         check_writable(plan.checkpoint_dir, "the checkpoint directory (DISTRAIN_CHECKPOINT_DIR)")

@@ -48,6 +48,7 @@ class Plan:
     collective: str
     keras: str
     require_gpu: bool
+    hooks: bool = True
     cluster: tuple[str, ...] = ()
     tf_config: str | None = None
     checkpoint_dir: str | None = None
@@ -91,6 +92,7 @@ class Plan:
             ("devices", devices, why.get("devices", "")),
             ("collective", self.collective, why.get("collective", "")),
             ("keras", self.keras, why.get("keras", "")),
+            ("hooks", "on" if self.hooks else "off", why.get("hooks", "")),
         ]
         if self.cluster:
             rows.append(("cluster", " ".join(self.cluster), why.get("cluster", "")))
@@ -383,7 +385,15 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
         if env_unset:
             reasons["unset"] = "gRPC would send MWM's traffic to the proxy and hang"
 
+    hooks = _flag(env, "DISTRAIN_HOOKS", default=True)
+    if hooks and keras != "legacy":
+        hooks = False
+        warnings.append("Keras 3: distrain's zero-code hooks (optimizer wrapping, chief-only saves, checkpoints) "
+                        "are off; they patch tf_keras")
     checkpoint_dir, reasons["checkpoint"] = _checkpoint_dir(env, script)
+    if not hooks:
+        checkpoint_dir, reasons["checkpoint"] = None, "off with the hooks (DISTRAIN_HOOKS=0 or Keras 3)"
+    reasons["hooks"] = "DISTRAIN_HOOKS" if env.get("DISTRAIN_HOOKS") else "default: the script runs unchanged"
     every = _int(env, "DISTRAIN_CHECKPOINT_EVERY") or 0
     if every < 0:
         raise ConfigError("DISTRAIN_CHECKPOINT_EVERY must be a number of steps >= 0")
@@ -402,6 +412,7 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
         collective=collective,
         keras=keras,
         require_gpu=require_gpu,
+        hooks=hooks,
         cluster=cluster,
         tf_config=new_tf_config,
         checkpoint_dir=checkpoint_dir,

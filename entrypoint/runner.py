@@ -110,12 +110,12 @@ def run_script(script: str, argv: list[str], engine: Engine | None) -> None:
     """Execute `script` as __main__ with sys.argv = [script, *argv], like `python script args`."""
     from .runtime import STATE
 
-    if engine is not None and os.environ.get("DISTRAIN_HOOKS", "1") != "0" and engine.plan.keras == "legacy":
+    if engine is not None and engine.plan.hooks:
         install_hooks(engine, STATE.keras, STATE.tf)
         checkpoint.FLAG.install()
-    if engine is not None and os.environ.get("DISTRAIN_HOOKS", "1") == "0" and engine.strategy is not None:
+    elif engine is not None and engine.strategy is not None:
         STATE.tf.distribute.experimental_set_strategy(None)
-        log().info("DISTRAIN_HOOKS=0: the script runs as is, without the default strategy or hooks")
+        log().info("hooks off: the script runs as is, without the default strategy or hooks")
     sys.argv = [script, *argv]
     sys.path.insert(0, os.path.dirname(script))
     runpy.run_path(script, run_name="__main__")

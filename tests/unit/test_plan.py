@@ -162,3 +162,11 @@ def test_multi_worker_mwm_turns_off_onednn_unless_the_user_chose():
     chosen = detect({"TF_CONFIG": config, "TF_ENABLE_ONEDNN_OPTS": "1"}, gpus=[])
     assert "TF_ENABLE_ONEDNN_OPTS" not in dict(chosen.env_set)
     assert "TF_ENABLE_ONEDNN_OPTS" not in dict(detect({}, gpus=[]).env_set)
+
+
+def test_hooks_are_a_plan_decision():
+    assert detect({}, gpus=[]).hooks is True
+    off = detect({"DISTRAIN_HOOKS": "0"}, gpus=[])
+    assert off.hooks is False and off.checkpoint_dir is None
+    keras3 = detect({"DISTRAIN_KERAS": "keras3"}, gpus=[])
+    assert keras3.hooks is False and any("hooks" in w for w in keras3.warnings)
