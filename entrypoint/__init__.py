@@ -14,6 +14,7 @@ from .plan import Plan
 __version__ = "0.1.0"
 __all__ = [
     "plan", "strategy", "rank", "size", "local_rank", "is_chief", "scale_lr", "shard", "save", "distributed_tape",
+    "broadcast_variables",
 ]
 
 
@@ -127,5 +128,3 @@ def broadcast_variables(variables: Any) -> None:
 
         hvd_tf.broadcast_variables(variables, root_rank=0)
 
-
-__all__ += ["broadcast_variables"]

@@ -45,8 +45,6 @@ def worker_env(base: dict[str, str], workers: list[str], index: int, run_id: str
     env["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
     env["DISTRAIN_MODE"] = "mwm"
     env["DISTRAIN_LAUNCHER"] = "1"
-    env["DISTRAIN_LOCAL_RANK"] = str(index)
-    env["DISTRAIN_LOCAL_SIZE"] = str(len(workers))
     env.setdefault("DISTRAIN_RUN_ID", run_id)
     env["PYTHONUNBUFFERED"] = "1"
     return env

@@ -149,7 +149,8 @@ def _slurm_step_tasks(env: Mapping[str, str]) -> int:
     return int(raw) if raw.isdigit() else 0
 
 
-def _launch_vars(env: Mapping[str, str]) -> tuple[str, tuple[int, int, int, int | None]] | None:
+def _launch_vars(env: Mapping[str, str]) -> tuple[str, str, tuple[int, int, int, int | None]] | None:
+    """(launcher, the variable that gave it away, (rank, size, local rank, local size or None)), or None."""
     for launcher, names in _LAUNCH_VARS:
         if env.get(names[0]) in (None, ""):
             continue
@@ -157,7 +158,7 @@ def _launch_vars(env: Mapping[str, str]) -> tuple[str, tuple[int, int, int, int 
         rank = values[0]
         size = values[1] if values[1] is not None else 1
         local = values[2] if values[2] is not None else 0
-        return f"{launcher} ({names[0]} set)", (rank, size, local, values[3])
+        return launcher, names[0], (rank, size, local, values[3])
     return None
 
 
@@ -251,7 +252,7 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
         reasons["mode"] = f"DISTRAIN_MODE={requested}"
     elif launch:
         mode = "horovod"
-        reasons["mode"] = f"launched by {launch[0]}"
+        reasons["mode"] = f"launched by {launch[0]} ({launch[1]} set)"
     elif tf_config:
         mode = "mwm"
         reasons["mode"] = "TF_CONFIG is set"
@@ -288,8 +289,6 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
             host = workers[rank].rsplit(":", 1)[0]
             same_host = [i for i, w in enumerate(workers) if w.rsplit(":", 1)[0] == host]
             local_rank, local_size = same_host.index(rank), len(same_host)
-            if env.get("DISTRAIN_LOCAL_RANK") and env.get("DISTRAIN_LOCAL_SIZE"):
-                local_rank, local_size = int(env["DISTRAIN_LOCAL_RANK"]), int(env["DISTRAIN_LOCAL_SIZE"])
             launcher = "distrain launch" if env.get("DISTRAIN_LAUNCHER") else "TF_CONFIG"
             reasons["cluster"] = "from TF_CONFIG, used as is"
         elif step_tasks >= 1:
@@ -315,8 +314,7 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
     else:  # horovod
         source = launch or launch_ambiguous
         if source:
-            launcher, (rank, size, local_rank, local_size_opt) = source
-            launcher = launcher.split(" (")[0]
+            launcher, _, (rank, size, local_rank, local_size_opt) = source
             if local_size_opt is None and step_tasks:
                 step = slurm.read_step(env)
                 local_size_opt = step.tasks_per_node[step.node_id]

@@ -6,7 +6,6 @@ others wait forever; both are checked here first, in milliseconds, with a messag
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -19,7 +18,7 @@ _IMPLEMENTATIONS = {"auto": "AUTO", "ring": "RING", "nccl": "NCCL"}
 
 
 def _check_addresses(plan: Plan) -> None:
-    workers = json.loads(os.environ["TF_CONFIG"])["cluster"]["worker"] if "TF_CONFIG" in os.environ else []
+    workers = plan.cluster
     for address in workers:
         host = address.rsplit(":", 1)[0]
         try:
