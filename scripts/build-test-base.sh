@@ -12,6 +12,7 @@ OUT=$1
 TF_VERSION=${TF_VERSION:-2.17.1}
 VENV=${VENV:-.venv}
 [ -s "$OUT" ] && { echo "build-test-base.sh: reusing $OUT"; exit 0; }
+mkdir -p "$(dirname "$OUT")"
 MIRROR=${DEBIAN_MIRROR:-$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)}
 [ -n "$MIRROR" ] || MIRROR=$(awk '/^deb /{print $2; exit}' /etc/apt/sources.list)
 WHEEL=$(find "${HOROVOD_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/distrain/wheels}/tf-$TF_VERSION-cpu" -name 'horovod-*.whl' 2>/dev/null | head -n 1)
