@@ -121,7 +121,7 @@ def make_backup_callback(plan: Plan, keras: Any) -> Any:
                     begin()
                     break
                 except Exception as exc:  # noqa: BLE001 - TF raises many types for a corrupt checkpoint
-                    newest = _newest_checkpoint(chief_dir)
+                    newest = newest_checkpoint(chief_dir)
                     if newest is None:
                         raise
                     log().warning(f"checkpoint {newest} is unreadable ({type(exc).__name__}); falling back")
@@ -144,7 +144,7 @@ def make_backup_callback(plan: Plan, keras: Any) -> Any:
     return Backup(backup_dir=plan.checkpoint_dir, save_freq=save_freq)
 
 
-def _newest_checkpoint(directory: str) -> str | None:
+def newest_checkpoint(directory: str) -> str | None:
     indexes = glob.glob(os.path.join(directory, "ckpt-*.index"))
     if not indexes:
         return None
@@ -155,7 +155,7 @@ def _drop_checkpoint(directory: str, prefix: str) -> None:
     """Move a bad checkpoint aside and point the index at the newest remaining one."""
     for path in glob.glob(prefix + ".*"):
         os.replace(path, path + ".corrupt")
-    remaining = _newest_checkpoint(directory)
+    remaining = newest_checkpoint(directory)
     index = os.path.join(directory, "checkpoint")
     if remaining is None:
         _remove(index)

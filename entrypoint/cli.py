@@ -151,11 +151,11 @@ def _print_plan(plan: Plan) -> None:
 
 
 def _resume_note(plan: Plan) -> str | None:
-    from .checkpoint import _newest_checkpoint
+    from .checkpoint import newest_checkpoint
 
     if not plan.checkpoint_dir:
         return None
-    newest = _newest_checkpoint(os.path.join(plan.checkpoint_dir, "chief"))
+    newest = newest_checkpoint(os.path.join(plan.checkpoint_dir, "chief"))
     return f"resume: a checkpoint exists ({newest}); the next fit() resumes from it" if newest else None
 
 

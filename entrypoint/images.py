@@ -98,6 +98,18 @@ def _check_output_dir(output: str) -> None:
         raise EnvironmentProblem(f"cannot write the image to {output}: {parent} is missing or not writable")
 
 
+def _partial(output: str) -> str:
+    """The temporary path an image is written to beside OUTPUT, so a failure never leaves a stale image there."""
+    return os.path.join(os.path.dirname(os.path.abspath(output)), f".{os.path.basename(output)}.partial-{os.getpid()}")
+
+
+def _finish(tmp: str, output: str, what: str) -> str:
+    if not os.path.isfile(tmp):
+        raise DistrainError(f"{what} reported success but wrote no image at {tmp}", EXIT_BUILD_FAILED)
+    os.replace(tmp, output)
+    return output
+
+
 def _stream(lines: Iterator[str], what: str, tmp: str) -> None:
     tail: list[str] = []
     try:
@@ -131,14 +143,11 @@ def build(definition: str, output: str, env: Mapping[str, str], base_image: str 
     options: list[str] = ["--fakeroot"] if fakeroot and not from_docker else []
     for key, value in args.items():
         options += ["--build-arg", f"{key}={value}"]
-    tmp = os.path.join(os.path.dirname(os.path.abspath(output)), f".{os.path.basename(output)}.partial-{os.getpid()}")
+    tmp = _partial(output)
     with _apptainer_env(env, allow_home, merge_into="stdout"):
         _, lines = Client.build(recipe=recipe, image=tmp, sudo=False, stream=True, force=True, options=options)
         _stream(lines, "apptainer build", tmp)
-    if not os.path.isfile(tmp):
-        raise DistrainError(f"apptainer build reported success but wrote no image at {tmp}", EXIT_BUILD_FAILED)
-    os.replace(tmp, output)
-    return output
+    return _finish(tmp, output, "apptainer build")
 
 
 def pull(uri: str, output: str, env: Mapping[str, str], allow_home: bool = False) -> str:
@@ -146,13 +155,9 @@ def pull(uri: str, output: str, env: Mapping[str, str], allow_home: bool = False
     from spython.main import Client
 
     _check_output_dir(output)
-    folder = os.path.dirname(os.path.abspath(output))
-    tmp_name = f".{os.path.basename(output)}.partial-{os.getpid()}"
-    tmp = os.path.join(folder, tmp_name)
+    tmp = _partial(output)
     with _apptainer_env(env, allow_home, merge_into="stderr"):
-        _, lines = Client.pull(image=uri, name=tmp_name, pull_folder=folder, stream=True, force=True)
+        _, lines = Client.pull(image=uri, name=os.path.basename(tmp), pull_folder=os.path.dirname(tmp), stream=True,
+                               force=True)
         _stream(lines, "apptainer pull", tmp)
-    if not os.path.isfile(tmp):
-        raise DistrainError(f"apptainer pull reported success but wrote no image at {tmp}", EXIT_BUILD_FAILED)
-    os.replace(tmp, output)
-    return output
+    return _finish(tmp, output, "apptainer pull")

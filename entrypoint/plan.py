@@ -132,13 +132,7 @@ def _flag(env: Mapping[str, str], name: str, default: bool = False) -> bool:
 
 
 def _int(env: Mapping[str, str], name: str) -> int | None:
-    value = env.get(name)
-    if value in (None, ""):
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise ConfigError(f"{name}={value!r} is not a number") from None
+    return slurm.int_var(env, name, None)
 
 
 def _slurm_step_tasks(env: Mapping[str, str]) -> int:

@@ -117,16 +117,22 @@ class SlurmStep:
         return layout
 
 
-def _int_var(env: Mapping[str, str], name: str, default: int | None = None) -> int:
+_REQUIRED = object()
+SLURM_CORRUPT = ": the Slurm environment is corrupt"
+
+
+def int_var(env: Mapping[str, str], name: str, default: object = _REQUIRED, hint: str = "") -> int | None:
+    """An integer environment variable: `default` when unset (required when no default is given), and a
+    ConfigError naming the variable when it is not a number. The one parser for Slurm's and distrain's own."""
     value = env.get(name)
     if value is None or value == "":
-        if default is None:
+        if default is _REQUIRED:
             raise ConfigError(f"{name} is not set inside a Slurm step: run the script under srun")
-        return default
+        return default  # type: ignore[return-value]
     try:
         return int(value)
     except ValueError:
-        raise ConfigError(f"{name}={value!r} is not a number: the Slurm environment is corrupt") from None
+        raise ConfigError(f"{name}={value!r} is not a number{hint}") from None
 
 
 def read_step(env: Mapping[str, str]) -> SlurmStep:
@@ -154,14 +160,14 @@ def read_step(env: Mapping[str, str]) -> SlurmStep:
             "use srun --distribution=block or set TF_CONFIG yourself"
         )
     step = SlurmStep(
-        job_id=_int_var(env, "SLURM_JOB_ID", 0),
-        step_id=_int_var(env, "SLURM_STEP_ID", 0) if env.get("SLURM_STEP_ID", "").isdigit() else 0,
-        restart=_int_var(env, "SLURM_RESTART_COUNT", 0),
+        job_id=int_var(env, "SLURM_JOB_ID", 0, SLURM_CORRUPT),
+        step_id=int_var(env, "SLURM_STEP_ID", 0, SLURM_CORRUPT) if env.get("SLURM_STEP_ID", "").isdigit() else 0,
+        restart=int_var(env, "SLURM_RESTART_COUNT", 0, SLURM_CORRUPT),
         hosts=tuple(hosts),
         tasks_per_node=tuple(counts),
-        rank=_int_var(env, "SLURM_PROCID"),
-        node_id=_int_var(env, "SLURM_NODEID", 0),
-        local_id=_int_var(env, "SLURM_LOCALID", 0),
+        rank=int_var(env, "SLURM_PROCID", hint=SLURM_CORRUPT),
+        node_id=int_var(env, "SLURM_NODEID", 0, SLURM_CORRUPT),
+        local_id=int_var(env, "SLURM_LOCALID", 0, SLURM_CORRUPT),
         distribution=distribution,
     )
     declared = env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS")
