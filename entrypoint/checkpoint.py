@@ -220,6 +220,11 @@ def make_stop_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Any
             if self._steps % every or not agreed():
                 return
             where = backup.stop_now(self._epoch, batch) if backup is not None else "no checkpoint (disabled)"
+            # The stop is decided and saved: a later TERM must not turn this rank's exit 75 into "killed". It
+            # does come: srun --kill-on-bad-exit terminates the other tasks as soon as the first one exits 75,
+            # and the job script then misses the 75 it requeues on.
+            for sig in (signal.SIGTERM, signal.SIGUSR1):
+                signal.signal(sig, signal.SIG_IGN)
             raise Preempted(FLAG.signame or "a signal on another rank", where)
 
     return StopOnSignal()
