@@ -18,15 +18,20 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
+from . import workdirs
 from .errors import EXIT_PREEMPTED, DistrainError, EnvironmentProblem
 from .log import get as log
 from .plan import Plan
 
 
 class Preempted(DistrainError):
-    def __init__(self, signame: str, where: str) -> None:
-        super().__init__(f"stopped on {signame} after saving a checkpoint at {where}; rerun to resume",
-                         EXIT_PREEMPTED)
+    def __init__(self, signame: str, where: str | None) -> None:
+        if where is None:
+            said = (f"stopped on {signame}; distrain saved nothing (its checkpoints are off: DISTRAIN_CHECKPOINT=0 "
+                    "or your own BackupAndRestore), so a rerun resumes only from what your script saved")
+        else:
+            said = f"stopped on {signame} after saving a checkpoint at {where}; rerun to resume"
+        super().__init__(said, EXIT_PREEMPTED)
 
 
 def _temp_sibling(path: str, tag: str) -> str:
@@ -113,6 +118,10 @@ def make_backup_callback(plan: Plan, keras: Any) -> Any:
                 state.delete_backup = lambda: None
             for manager in {id(m): m for m in (state.read_checkpoint_manager, state.write_checkpoint_manager)}.values():
                 manager._max_to_keep = 2  # keep one older checkpoint to fall back to
+
+        def _backup(self, epoch: int, batch: int = 0) -> None:
+            super()._backup(epoch=epoch, batch=batch)
+            workdirs.make_tree_private(self.backup_dir)  # TensorFlow writes with the umask: make it 0600/0700
 
         def _restore_guarded(self, begin: Callable[..., Any]) -> None:
             chief_dir = os.path.join(self.backup_dir, "chief")
@@ -219,7 +228,7 @@ def make_stop_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Any
             self._steps += 1
             if self._steps % every or not agreed():
                 return
-            where = backup.stop_now(self._epoch, batch) if backup is not None else "no checkpoint (disabled)"
+            where = backup.stop_now(self._epoch, batch) if backup is not None else None
             # The stop is decided and saved: a later TERM must not turn this rank's exit 75 into "killed". It
             # does come: srun --kill-on-bad-exit terminates the other tasks as soon as the first one exits 75,
             # and the job script then misses the 75 it requeues on.

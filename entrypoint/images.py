@@ -20,15 +20,16 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from . import workdirs
 from .errors import EXIT_BUILD_FAILED, ConfigError, DistrainError, EnvironmentProblem
-from .plan import scratch_dir
+from .workdirs import WorkDir
 
 CACHE_VARS = {"APPTAINER_CACHEDIR": "cache", "APPTAINER_TMPDIR": "tmp", "APPTAINER_CONFIGDIR": "config"}
 
 
-def cache_root(env: Mapping[str, str]) -> str:
+def cache_root(env: Mapping[str, str]) -> WorkDir:
     """First of $DISTRAIN_CACHE, $SCRATCH/distrain, $WORK/distrain, /tmp/$USER/distrain."""
-    return scratch_dir(env, "DISTRAIN_CACHE")
+    return workdirs.root(env, "DISTRAIN_CACHE")
 
 
 def _under(path: str, parent: str) -> bool:
@@ -36,10 +37,15 @@ def _under(path: str, parent: str) -> bool:
     return path == parent or path.startswith(parent.rstrip("/") + "/")
 
 
+def cache_workdirs(env: Mapping[str, str]) -> dict[str, WorkDir]:
+    """Apptainer's cache, temp and config dirs: the user's APPTAINER_* if set, else private ones under the root."""
+    root = cache_root(env).below("apptainer")
+    return {var: WorkDir(env[var]) if env.get(var) else root.below(sub) for var, sub in CACHE_VARS.items()}
+
+
 def cache_dirs(env: Mapping[str, str], allow_home: bool = False) -> tuple[dict[str, str], str]:
     """Where Apptainer's cache, temp and config dirs will be; refuse $HOME unless allowed."""
-    root = os.path.join(cache_root(env), "apptainer")
-    dirs = {var: env.get(var) or os.path.join(root, sub) for var, sub in CACHE_VARS.items()}
+    dirs = {var: workdir.path for var, workdir in cache_workdirs(env).items()}
     home = env.get("HOME")
     in_home = [var for var, path in dirs.items() if home and home != "/" and _under(path, home)]
     if in_home and not allow_home:
@@ -47,7 +53,7 @@ def cache_dirs(env: Mapping[str, str], allow_home: bool = False) -> tuple[dict[s
             f"{', '.join(in_home)} would be under $HOME ({home}), where image layers fill home quotas: set "
             "DISTRAIN_CACHE (or SCRATCH) to a scratch directory, or pass --allow-home"
         )
-    note = "set by you" if any(env.get(v) for v in CACHE_VARS) else f"under {cache_root(env)}"
+    note = "set by you" if any(env.get(v) for v in CACHE_VARS) else f"under {cache_root(env).path}"
     return dirs, note
 
 
@@ -69,13 +75,10 @@ def _apptainer_env(env: Mapping[str, str], allow_home: bool, merge_into: str) ->
     spython takes no environment argument for build/pull (its `environ=` elsewhere replaces the whole
     environment), so the variables are set on os.environ for the duration and restored afterwards.
     """
-    binary = find_apptainer(env)
     dirs, _ = cache_dirs(env, allow_home)
-    for path in dirs.values():
-        try:
-            os.makedirs(path, exist_ok=True)
-        except OSError as exc:
-            raise EnvironmentProblem(f"cannot create the Apptainer cache dir {path} ({exc.strerror})") from None
+    for workdir in cache_workdirs(env).values():  # checked before anything runs from there
+        workdirs.prepare(workdir, warn=lambda message: sys.stderr.write(f"distrain: warning: {message}\n"))
+    binary = find_apptainer(env)
     shim = tempfile.mkdtemp(prefix="distrain-shim-")
     redirect = "2>&1" if merge_into == "stdout" else "1>&2"
     script = Path(shim, "singularity")

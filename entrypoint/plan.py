@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import glob
 import json
-import os
-import pwd
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import slurm
+from . import slurm, workdirs
 from .errors import ConfigError
+from .workdirs import WorkDir
 
 MODES = ("single", "mirrored", "mwm", "horovod")
 COLLECTIVES = ("auto", "ring", "nccl")
@@ -52,6 +51,7 @@ class Plan:
     cluster: tuple[str, ...] = ()
     tf_config: str | None = None
     checkpoint_dir: str | None = None
+    checkpoint_owned_from: str | None = None  # a default location: checked like ~/.ssh before use (workdirs)
     checkpoint_every: int = 0
     collective_timeout: float | None = None
     env_set: tuple[tuple[str, str], ...] = ()
@@ -62,6 +62,10 @@ class Plan:
     @property
     def is_chief(self) -> bool:
         return self.rank == 0
+
+    @property
+    def checkpoint_workdir(self) -> WorkDir | None:
+        return WorkDir(self.checkpoint_dir, self.checkpoint_owned_from) if self.checkpoint_dir else None
 
     @property
     def prefix(self) -> str:
@@ -197,28 +201,19 @@ def _pick_devices(mode: str, gpus: tuple[str, ...], local_rank: int, local_size:
     )
 
 
-def scratch_dir(env: Mapping[str, str], override: str) -> str:
-    """$override if set, else $SCRATCH/distrain, $WORK/distrain, /tmp/$USER/distrain: never $HOME, whose quota
-    checkpoints and image layers fill."""
-    if env.get(override):
-        return env[override]
-    for name in ("SCRATCH", "WORK"):
-        if env.get(name):
-            return os.path.join(env[name], "distrain")
-    user = env.get("USER") or env.get("LOGNAME") or pwd.getpwuid(os.getuid()).pw_name
-    return os.path.join("/tmp", user, "distrain")
-
-
-def _checkpoint_dir(env: Mapping[str, str], script: str | None) -> tuple[str | None, str]:
+def _checkpoint_dir(env: Mapping[str, str], script: str | None) -> tuple[WorkDir | None, str]:
     if not _flag(env, "DISTRAIN_CHECKPOINT", default=True):
         return None, "DISTRAIN_CHECKPOINT=0"
     if env.get("DISTRAIN_CHECKPOINT_DIR"):
-        return env["DISTRAIN_CHECKPOINT_DIR"], "DISTRAIN_CHECKPOINT_DIR"
+        return WorkDir(env["DISTRAIN_CHECKPOINT_DIR"]), "DISTRAIN_CHECKPOINT_DIR"
     run_id = env.get("SLURM_ARRAY_JOB_ID") and f"{env['SLURM_ARRAY_JOB_ID']}_{env.get('SLURM_ARRAY_TASK_ID', '0')}"
     run_id = run_id or env.get("SLURM_JOB_ID") or env.get("DISTRAIN_RUN_ID") or "local"
     stem = Path(script).stem if script else "script"
-    path = os.path.join(scratch_dir(env, "DISTRAIN_OUTPUT_DIR"), "checkpoints", f"{run_id}-{stem}")
-    return path, "per job id under the output dir (DISTRAIN_OUTPUT_DIR / $SCRATCH / $WORK / /tmp/$USER)"
+    output = workdirs.root(env, "DISTRAIN_OUTPUT_DIR")
+    why = "per job id under the output dir (DISTRAIN_OUTPUT_DIR / $SCRATCH / $WORK / /tmp/$USER)"
+    if output.is_default:
+        why += f"; private, used only if {output.owned_from} is yours"
+    return output.below("checkpoints", f"{run_id}-{stem}"), why
 
 
 def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: str | None = None) -> Plan:
@@ -382,9 +377,9 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
         hooks = False
         warnings.append("Keras 3: distrain's zero-code hooks (optimizer wrapping, chief-only saves, checkpoints) "
                         "are off; they patch tf_keras")
-    checkpoint_dir, reasons["checkpoint"] = _checkpoint_dir(env, script)
+    checkpoint, reasons["checkpoint"] = _checkpoint_dir(env, script)
     if not hooks:
-        checkpoint_dir, reasons["checkpoint"] = None, "off with the hooks (DISTRAIN_HOOKS=0 or Keras 3)"
+        checkpoint, reasons["checkpoint"] = None, "off with the hooks (DISTRAIN_HOOKS=0 or Keras 3)"
     reasons["hooks"] = "DISTRAIN_HOOKS" if env.get("DISTRAIN_HOOKS") else "default: the script runs unchanged"
     every = _int(env, "DISTRAIN_CHECKPOINT_EVERY") or 0
     if every < 0:
@@ -407,7 +402,8 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
         hooks=hooks,
         cluster=cluster,
         tf_config=new_tf_config,
-        checkpoint_dir=checkpoint_dir,
+        checkpoint_dir=checkpoint.path if checkpoint else None,
+        checkpoint_owned_from=checkpoint.owned_from if checkpoint else None,
         checkpoint_every=every,
         collective_timeout=collective_timeout,
         env_set=tuple(sorted(env_set.items())),

@@ -61,7 +61,7 @@ distrain_preflight() {
   else
     [ -x "$DISTRAIN_VENV/bin/distrain" ] || distrain_die "no distrain in $DISTRAIN_VENV: run jobs/venv_build.job or set DISTRAIN_VENV"
   fi
-  mkdir -p "$DISTRAIN_OUTPUT_DIR" 2>/dev/null && [ -w "$DISTRAIN_OUTPUT_DIR" ] \
+  (umask 077 && mkdir -p "$DISTRAIN_OUTPUT_DIR") 2>/dev/null && [ -w "$DISTRAIN_OUTPUT_DIR" ] \
     || distrain_die "output directory $DISTRAIN_OUTPUT_DIR is not writable: set DISTRAIN_OUTPUT_DIR"
   if [ "$mode" = mwm ] || [ "$mode" = horovod ]; then
     # one GPU per task: with --gres=gpu:G the tasks per node must equal G (with --gpus-per-task=1 Slurm does it)
