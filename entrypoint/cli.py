@@ -18,7 +18,7 @@ from typing import Optional
 import typer
 
 from . import __version__
-from .errors import EXIT_ENVIRONMENT, EXIT_PREEMPTED, DistrainError
+from .errors import EXIT_ENVIRONMENT, EXIT_PREEMPTED, EXIT_WORKER_FAILED, DistrainError
 from .plan import PROXY_VARS, Plan, detect
 
 HELP = """Run an unmodified Keras/TensorFlow train.py on one GPU, all GPUs of a node, or many nodes.
@@ -95,9 +95,11 @@ def run(ctx: typer.Context, script: str = SCRIPT_ARG) -> None:
     runtime.apply_checks(plan)
     runtime.STATE.plan = plan
     logger = log.configure(plan.prefix)
-    if plan.checkpoint_dir:
+    if plan.checkpoint_workdir:
         from .checkpoint import check_writable
+        from .workdirs import prepare
 
+        prepare(plan.checkpoint_workdir, warn=logger.warning)
         check_writable(plan.checkpoint_dir, "the checkpoint directory (DISTRAIN_CHECKPOINT_DIR)")
     devices = f"GPU {','.join(plan.devices)}" if plan.devices else "CPU"
     if plan.is_chief:
@@ -106,6 +108,7 @@ def run(ctx: typer.Context, script: str = SCRIPT_ARG) -> None:
             for line in _table(plan.rows()).splitlines():
                 logger.info(f"plan | {line}")
     logger.info(f"rank {plan.rank} of {plan.size} on {platform.node()}: local rank {plan.local_rank}, {devices}")
+    log.quiet_native_logs()
     engine = runtime.setup(plan)
     try:
         runner.run_script(path, list(ctx.args), engine)
@@ -113,7 +116,16 @@ def run(ctx: typer.Context, script: str = SCRIPT_ARG) -> None:
         raise
     except DistrainError:
         raise
-    except BaseException:  # the script's own error: its traceback, once, then Python's usual exit code 1
+    except BaseException as exc:  # the script's own error: its traceback, once, then Python's usual exit code 1
+        from .peers import lost_peer
+
+        lost = lost_peer(exc, plan, engine.peers)
+        if lost:  # not the script's fault: another worker died under it. Exit now: the collectives are broken
+            prefix = "" if os.environ.get("DISTRAIN_LAUNCHER") else f"{plan.prefix} "  # which survivor, in a job log
+            sys.stderr.write(f"{prefix}distrain: error: {lost}\n")  # and interpreter teardown can hang in them
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(EXIT_WORKER_FAILED)
         traceback.print_exc()
         sys.stderr.flush()
         raise typer.Exit(1) from None
@@ -152,9 +164,13 @@ def _print_plan(plan: Plan) -> None:
 
 def _resume_note(plan: Plan) -> str | None:
     from .checkpoint import newest_checkpoint
+    from .workdirs import problem
 
-    if not plan.checkpoint_dir:
+    if not plan.checkpoint_workdir:
         return None
+    why = problem(plan.checkpoint_workdir)
+    if why:
+        return f"checkpoint: not used, {why}"
     newest = newest_checkpoint(os.path.join(plan.checkpoint_dir, "chief"))
     return f"resume: a checkpoint exists ({newest}); the next fit() resumes from it" if newest else None
 
@@ -173,6 +189,13 @@ def plan_cmd(
         typer.echo(json.dumps(data, indent=2, sort_keys=True))
     else:
         _print_plan(plan)
+
+
+SECURITY_LINE = (
+    "security: MWM's gRPC ports (TensorFlow binds them on every interface) and Horovod's Gloo/MPI ports have no "
+    "authentication: whoever reaches this node's ports can join or disrupt a run; keep workers on a private "
+    "network or behind a compute-node firewall (README: Security)"
+)
 
 
 def _container_tools() -> str:
@@ -226,6 +249,7 @@ def doctor() -> None:
     except ImportError:
         pass
     typer.echo(_container_tools())
+    typer.echo(SECURITY_LINE)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if plan is None or plan.keras == "legacy":
         os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -313,6 +337,7 @@ def bench(
     plan = detect(os.environ)
     runtime.apply_checks(plan)
     log.configure(plan.prefix)
+    log.quiet_native_logs()
     engine = runtime.setup(plan)
     base = bench_mod.read_json(baseline) if baseline else None
     config = bench_mod.BenchConfig(model=model, batch_per_replica=batch_per_replica, steps=steps, warmup=warmup,

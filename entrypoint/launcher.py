@@ -105,18 +105,22 @@ def launch(n: int, script: str, args: list[str], port: int | None = None, grace:
             break
         time.sleep(0.1)
     if failed is not None:
-        rank, code = failed
-        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
-        if code == EXIT_PREEMPTED:
-            how = "stopped after a checkpoint (exit 75: rerun to resume)"
-        sys.stderr.write(f"distrain launch: worker {rank} {how}; stopping the other workers\n")
         _stop_all(procs, grace)
     for thread in pumps:
         thread.join(timeout=2)
     if failed is None:
         return 0
-    code = failed[1]
-    return code if code > 0 else EXIT_WORKER_FAILED
+    rank, code = failed
+    if code < 0:  # killed: the last line says so, after everything the workers printed
+        sys.stderr.write(f"distrain: error: lost worker {rank} ({workers[rank]}): killed by "
+                         f"{signal.Signals(-code).name}; the other workers were stopped; rerun to resume from the "
+                         "last checkpoint\n")
+        return EXIT_WORKER_FAILED
+    how = f"exited with code {code}"
+    if code == EXIT_PREEMPTED:
+        how = "stopped after a checkpoint (exit 75: rerun to resume)"
+    sys.stderr.write(f"distrain launch: worker {rank} {how}; the other workers were stopped\n")
+    return code
 
 
 def _stop_all(procs: list[subprocess.Popen], grace: float) -> None:

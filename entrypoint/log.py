@@ -24,3 +24,41 @@ def configure(prefix: str) -> logging.Logger:
 
 def get() -> logging.Logger:
     return _LOGGER
+
+
+# TensorFlow's and gRPC's C++ INFO lines (absl format: `I0000 00:00:1795334957.019023    4995 file.cc:464] ...`)
+# and absl's "before InitializeLog" notice. No environment variable silences them on TF 2.17/2.21 (checked:
+# TF_CPP_MIN_LOG_LEVEL=3, GRPC_VERBOSITY=NONE, GLOG_minloglevel): they are dropped on the way to stderr.
+# Warnings (W...) and errors (E..., F...) pass.
+CPP_CHATTER = rb"^(I\d{4} [\d:.]+ +\d+ [^ \]]+:\d+\] |WARNING: All log messages before absl::InitializeLog)"
+
+_FILTER = f"""
+import re, signal, sys
+for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP):
+    signal.signal(sig, signal.SIG_IGN)  # the job's signals are for the worker; this filter ends at EOF
+chatter = re.compile({CPP_CHATTER!r})
+out = sys.stdout.buffer
+for line in sys.stdin.buffer:
+    if not chatter.match(line):
+        out.write(line)
+        out.flush()
+"""
+
+
+def quiet_native_logs() -> None:
+    """Send this process's stderr (fd 2) through a filter that drops C++ INFO chatter; DISTRAIN_VERBOSE=1 keeps it.
+
+    A separate process, not a thread: it outlives this one (os._exit, SIGKILL) long enough to pass on every line
+    written before, and ignores the TERM that Slurm and the launcher send to the whole step.
+    """
+    import subprocess
+
+    verbose = os.environ.get("DISTRAIN_VERBOSE", "0") not in ("", "0")
+    if verbose or os.environ.get("_DISTRAIN_QUIET") == str(os.getpid()):
+        return
+    sys.stderr.flush()
+    filt = subprocess.Popen([sys.executable, "-S", "-c", _FILTER], stdin=subprocess.PIPE, stdout=2,
+                            start_new_session=True)
+    os.dup2(filt.stdin.fileno(), 2)
+    filt.stdin.close()
+    os.environ["_DISTRAIN_QUIET"] = str(os.getpid())

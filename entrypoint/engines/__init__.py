@@ -15,6 +15,7 @@ class Engine:
     plan: Plan
     strategy: Any = None
     hvd: Any = None
+    peers: tuple[str, ...] = ()  # host:port per rank that answers while that rank lives (plan.cluster for MWM)
 
     @property
     def rank(self) -> int:
@@ -33,11 +34,12 @@ def build(plan: Plan, tf) -> Engine:  # noqa: ANN001 - the tensorflow module
     if plan.mode == "horovod":
         from . import horovod
 
-        return Engine(plan, hvd=horovod.init(plan, tf))
+        hvd = horovod.init(plan, tf)
+        return Engine(plan, hvd=hvd, peers=horovod.liveness_addresses(hvd))
     if plan.mode == "mwm":
         from . import mwm
 
-        return Engine(plan, strategy=mwm.build(plan, tf))
+        return Engine(plan, strategy=mwm.build(plan, tf), peers=plan.cluster)
     if plan.mode == "mirrored":
         return Engine(plan, strategy=_mirrored(plan, tf))
     return Engine(plan, strategy=None)  # single: TensorFlow's default strategy, zero overhead

@@ -38,3 +38,27 @@ def init(plan: Plan, tf):  # noqa: ANN001, ANN201 - tensorflow module in, horovo
         gpu = gpus[0] if len(gpus) == 1 else gpus[hvd.local_rank()]
         tf.config.set_visible_devices(gpu, "GPU")
     return hvd
+
+
+def liveness_addresses(hvd) -> tuple[str, ...]:  # noqa: ANN001 - the horovod module
+    """Open a listening port on every rank and share the addresses, so a survivor can tell which rank died.
+
+    Horovod's errors for a lost peer (Gloo: "Connection closed by peer [ip]:port", MPI: aborted) do not say
+    which rank it was. The socket is never accepted from or read: the kernel completes a connection to it while
+    the process lives and refuses one after it died. (One port per rank: see README, Security.)
+    """
+    import socket
+
+    from horovod.tensorflow import allgather_object
+
+    if hvd.size() < 2:
+        return ()
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("", 0))
+    listener.listen(64)
+    _KEEP.append(listener)
+    mine = f"{socket.gethostname()}:{listener.getsockname()[1]}"
+    return tuple(allgather_object(mine, name="distrain_liveness"))
+
+
+_KEEP: list = []  # the listening sockets live as long as the process

@@ -91,6 +91,9 @@ def test_a_killed_task_ends_the_job_fast_and_a_rerun_resumes(slurm, tmp_path):
     text = log.read_text()
     assert "RESULT" not in text
     assert re.search(r"(Killed|exited with exit code|terminated)", text), text[-3000:]
+    # the survivor names the lost worker and exits 4, with no traceback (a lost peer is not a script error)
+    assert re.search(r"\[\d/2\] distrain: error: lost worker \d \(n(9|10):\d+\)", text), text[-3000:]
+    assert re.search(r"task \d: Exited with exit code 4", text) and "Traceback" not in text, text[-3000:]
     rerun = submit(slurm, tmp_path, "mwm", layout, ["--epochs", "8", "--save", marker],
                    DISTRAIN_CHECKPOINT_DIR=checkpoints)
     assert rerun.code == 0, rerun

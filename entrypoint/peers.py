@@ -1,0 +1,81 @@
+"""A lost peer is a distrain error, not a bug in the user's script.
+
+When another worker dies, the survivors fail inside a collective: TensorFlow reports a heartbeat timeout, an
+unavailable peer or an aborted collective; Horovod reports that it was shut down or that a connection closed.
+The Python exception that surfaces in `train.py` looks like a crash of the script (a 40-70 line traceback, exit
+1). `lost_peer(exc, plan)` recognises those failures and names the lost worker, so the CLI prints one line and
+exits with EXIT_WORKER_FAILED (4), the code `distrain launch` uses for a dead worker.
+
+The worker is named by probing the cluster's addresses (a dead process's port refuses connections) and, where
+TensorFlow's message names a task (`/job:worker/replica:0/task:N`), by that task.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+from .plan import Plan
+
+# Messages of the failures a dead peer causes, TensorFlow's and Horovod's (checked on 2.17 and 2.21, Gloo/MPI).
+_LOSS = re.compile(
+    r"heartbeat|Collective ops is aborted|coordination service|is unavailable|Socket closed|Connection reset"
+    r"|Connection refused|failed to connect|Connection closed by peer|Broken pipe|Horovod has been shut down"
+    r"|HorovodInternalError|ring_reader|peer .* (?:closed|lost)|Read error|UNAVAILABLE|Failed to connect|"
+    r"the cluster is unhealthy|task .* disconnected",
+    re.IGNORECASE,
+)
+_TASK = re.compile(r"/job:(?:worker|chief)/replica:\d+/task:(\d+)")
+_ERROR_TYPES = ("UnavailableError", "AbortedError", "CancelledError", "DeadlineExceededError", "InternalError",
+                "UnknownError", "FailedPreconditionError", "HorovodInternalError")
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def _looks_like_loss(exc: BaseException) -> bool:
+    return any(type(e).__name__ in _ERROR_TYPES and _LOSS.search(str(e)) for e in _chain(exc))
+
+
+def unreachable(addresses: list[tuple[int, str]], timeout: float = 2.0) -> list[tuple[int, str]]:
+    """The (rank, host:port) whose port does not accept a connection: the process is gone (or its node)."""
+
+    def gone(address: str) -> bool:
+        host, port = address.rsplit(":", 1)
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout):
+                return False
+        except OSError:
+            return True
+
+    with ThreadPoolExecutor(max_workers=min(32, max(1, len(addresses)))) as pool:  # a dead node times out
+        verdicts = list(pool.map(gone, [address for _, address in addresses]))
+    return [peer for peer, dead in zip(addresses, verdicts) if dead]
+
+
+def lost_peer(exc: BaseException, plan: Plan, addresses: tuple[str, ...]) -> str | None:
+    """One line naming the lost worker if `exc` is the failure a dead peer causes, else None.
+
+    `addresses`: host:port per rank that accepts connections while that rank lives (the MWM cluster, or the
+    ports the Horovod engine opened)."""
+    if plan.size < 2 or plan.mode not in ("mwm", "horovod") or not _looks_like_loss(exc):
+        return None
+    text = " ".join(str(e) for e in _chain(exc))
+    named = sorted({int(t) for t in _TASK.findall(text)} - {plan.rank})
+    peers = [(r, a) for r, a in enumerate(addresses) if r != plan.rank]
+    lost = unreachable(peers) if peers else []
+    if lost:
+        who = ", ".join(f"worker {r} ({a})" for r, a in lost)
+    elif named:
+        who = ", ".join(f"worker {r}" + (f" ({addresses[r]})" if r < len(addresses) else "") for r in named)
+    else:
+        who = "another worker"
+    return (f"lost {who}: it died or became unreachable, so worker {plan.rank} stopped too; "
+            "rerun the job to resume from the last checkpoint")

@@ -1,0 +1,44 @@
+"""Telling a lost peer from a bug in the script (peers), with real sockets for the liveness probe."""
+
+import json
+import socket
+
+from entrypoint.peers import lost_peer, unreachable
+from entrypoint.plan import detect
+
+
+class UnavailableError(Exception):
+    """Stands in for tf.errors.UnavailableError: the classification goes by type name and message."""
+
+
+def mwm_plan(addresses, rank=0):
+    config = {"cluster": {"worker": addresses}, "task": {"type": "worker", "index": rank}}
+    return detect({"TF_CONFIG": json.dumps(config)}, gpus=[])
+
+
+def test_a_closed_port_is_unreachable_and_an_open_one_is_not():
+    with socket.socket() as alive, socket.socket() as dead:
+        alive.bind(("127.0.0.1", 0))
+        alive.listen()
+        dead.bind(("127.0.0.1", 0))  # bound, not listening: refuses like a dead process's port
+        peers = [(1, f"127.0.0.1:{alive.getsockname()[1]}"), (2, f"127.0.0.1:{dead.getsockname()[1]}")]
+        assert unreachable(peers) == [peers[1]]
+
+
+def test_heartbeat_failure_names_the_dead_worker():
+    with socket.socket() as me, socket.socket() as dead:
+        me.bind(("127.0.0.1", 0))
+        dead.bind(("127.0.0.1", 0))
+        addresses = [f"127.0.0.1:{me.getsockname()[1]}", f"127.0.0.1:{dead.getsockname()[1]}"]
+        plan = mwm_plan(addresses)
+        exc = UnavailableError("Collective ops is aborted by: Task /job:worker/replica:0/task:1 heartbeat timeout")
+        line = lost_peer(exc, plan, plan.cluster)
+    assert line.startswith(f"lost worker 1 ({addresses[1]})") and "rerun the job to resume" in line
+
+
+def test_the_scripts_own_errors_are_not_a_lost_peer():
+    plan = mwm_plan(["127.0.0.1:1", "127.0.0.1:2"])
+    assert lost_peer(ValueError("heartbeat of my model"), plan, plan.cluster) is None  # wrong type
+    assert lost_peer(UnavailableError("my dataset server is down"), plan, plan.cluster) is None  # wrong message
+    single = detect({}, gpus=[])
+    assert lost_peer(UnavailableError("Socket closed"), single, ()) is None  # nobody to lose
