@@ -79,7 +79,7 @@ def scale_lr(lr: float, warmup_epochs: int = 0) -> Any:
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             if epoch < warmup_epochs:
                 value = lr + (target - lr) * (epoch + 1) / warmup_epochs
-                keras.backend.set_value(self.model.optimizer.learning_rate, value)
+                self.model.optimizer.learning_rate.assign(value)  # a variable in tf_keras and Keras 3 alike
 
     return {"lr": target, "callback": Warmup()}
 
@@ -117,7 +117,9 @@ def distributed_tape(tape: Any) -> Any:
         return tape
     import horovod.tensorflow as hvd_tf
 
-    return hvd_tf.DistributedGradientTape(tape)
+    from .compat.keras3_horovod import TapeOverTFVariables
+
+    return TapeOverTFVariables(hvd_tf.DistributedGradientTape(tape))
 
 
 def broadcast_variables(variables: Any) -> None:
@@ -126,5 +128,7 @@ def broadcast_variables(variables: Any) -> None:
     if engine.hvd is not None:
         import horovod.tensorflow as hvd_tf
 
-        hvd_tf.broadcast_variables(variables, root_rank=0)
+        from .compat.keras3_horovod import tf_variables
+
+        hvd_tf.broadcast_variables(tf_variables(variables), root_rank=0)
 

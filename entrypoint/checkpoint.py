@@ -11,7 +11,9 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -105,7 +107,9 @@ def save_model(plan: Plan, model: Any, path: str | os.PathLike, save: Callable[.
 
 
 def make_backup_callback(plan: Plan, keras: Any) -> Any:
-    """A BackupAndRestore for this plan (built lazily: it needs the Keras module setup chose)."""
+    """A backup-and-restore callback for this plan (built lazily: it needs the Keras module setup chose)."""
+    if plan.keras == "keras3":
+        return _keras3_backup(plan, keras)
 
     class Backup(keras.callbacks.BackupAndRestore):
         """BackupAndRestore that survives a corrupt newest checkpoint and follows Horovod's rank-0 rule."""
@@ -153,11 +157,98 @@ def make_backup_callback(plan: Plan, keras: Any) -> Any:
     return Backup(backup_dir=plan.checkpoint_dir, save_freq=save_freq)
 
 
+def _keras3_backup(plan: Plan, keras: Any) -> Any:
+    """distrain's backup-and-restore for Keras 3, whose own BackupAndRestore writes one file from every worker at
+    once, not atomically, and keeps no older copy to fall back to. Same layout and rules as the tf_keras one:
+    `<dir>/chief/ckpt-N.weights.h5` (weights and optimizer state) + `ckpt-N.json` (epochs done), written by the
+    chief only (temp + rename), the last two kept, an unreadable newest one moved aside. Resume is at an epoch
+    start: with DISTRAIN_CHECKPOINT_EVERY, an interrupted epoch restarts with its partial progress."""
+    chief_dir = os.path.join(plan.checkpoint_dir, "chief")
+
+    class Keras3Backup(keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.save_freq: Any = plan.checkpoint_every or "epoch"
+            self._epoch = 0
+            self._steps = 0
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            while True:
+                newest = newest_checkpoint(chief_dir)
+                if newest is None:
+                    return
+                try:
+                    optimizer = self.model.optimizer
+                    if optimizer is not None and not optimizer.built:
+                        optimizer.build(self.model.trainable_variables)
+                    self.model.load_weights(newest + ".weights.h5")
+                    with open(newest + ".json") as handle:
+                        done = int(json.load(handle)["epochs_done"])
+                    break
+                except Exception as exc:  # noqa: BLE001 - h5py/json/Keras raise many types for a bad file
+                    log().warning(f"checkpoint {newest} is unreadable ({type(exc).__name__}); falling back")
+                    _drop_checkpoint(chief_dir, newest)
+            self.model._initial_epoch = done
+            if plan.is_chief:
+                log().info(f"resumed from checkpoint in {chief_dir} (epoch {done} done)")
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self._epoch = epoch
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            self._steps += 1
+            if self.save_freq != "epoch" and self._steps % self.save_freq == 0:
+                self._save(self._epoch)
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            if self.save_freq == "epoch":
+                self._save(epoch + 1)
+
+        def on_train_end(self, logs: Any = None) -> None:
+            if plan.is_chief:
+                shutil.rmtree(chief_dir, ignore_errors=True)
+
+        def _save(self, epochs_done: int) -> None:
+            if not plan.is_chief:
+                if plan.mode == "mwm":  # reading ON_READ variables (metrics) is collective: take part, keep nothing
+                    private = tempfile.mkdtemp(prefix=f"distrain-backup-rank{plan.rank}-")
+                    try:
+                        self.model.save_weights(os.path.join(private, "discard.weights.h5"))
+                    finally:
+                        shutil.rmtree(private, ignore_errors=True)
+                return
+            os.makedirs(chief_dir, mode=0o700, exist_ok=True)
+            newest = newest_checkpoint(chief_dir)
+            number = int(newest.rsplit("-", 1)[1]) + 1 if newest else 1
+            prefix = os.path.join(chief_dir, f"ckpt-{number}")
+            tmp = os.path.join(chief_dir, f".tmp-{os.getpid()}.weights.h5")
+            self.model.save_weights(tmp)
+            os.replace(tmp, prefix + ".weights.h5")
+            with open(prefix + ".json.tmp", "w") as handle:
+                json.dump({"epochs_done": epochs_done}, handle)
+            os.replace(prefix + ".json.tmp", prefix + ".json")  # last: a checkpoint without it does not exist
+            for old in sorted(glob.glob(os.path.join(chief_dir, "ckpt-*.json")), key=_number)[:-2]:
+                for path in glob.glob(old[: -len(".json")] + ".*"):
+                    _remove(path)
+            workdirs.make_tree_private(chief_dir)
+
+        def stop_now(self, epoch: int, batch: int) -> str:  # noqa: ARG002 - same interface as the tf_keras one
+            self._save(epoch)
+            return f"the start of epoch {epoch + 1}, with its partial progress"
+
+    return Keras3Backup()
+
+
+def _number(path: str) -> int:
+    return int(re.search(r"ckpt-(\d+)\.", os.path.basename(path)).group(1))
+
+
 def newest_checkpoint(directory: str) -> str | None:
-    indexes = glob.glob(os.path.join(directory, "ckpt-*.index"))
-    if not indexes:
+    """The newest complete checkpoint's path prefix (tf_keras: ckpt-N.index; Keras 3: ckpt-N.json), or None."""
+    done = glob.glob(os.path.join(directory, "ckpt-*.index")) + glob.glob(os.path.join(directory, "ckpt-*.json"))
+    if not done:
         return None
-    return max((p[: -len(".index")] for p in indexes), key=lambda p: int(p.rsplit("-", 1)[1]))
+    return os.path.splitext(max(done, key=_number))[0]
 
 
 def _drop_checkpoint(directory: str, prefix: str) -> None:

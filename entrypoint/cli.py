@@ -99,8 +99,9 @@ def run(ctx: typer.Context, script: str = SCRIPT_ARG) -> None:
         from .checkpoint import check_writable
         from .workdirs import prepare
 
-        prepare(plan.checkpoint_workdir, warn=logger.warning)
-        check_writable(plan.checkpoint_dir, "the checkpoint directory (DISTRAIN_CHECKPOINT_DIR)")
+        what = "the checkpoint directory (DISTRAIN_CHECKPOINT_DIR)"
+        prepare(plan.checkpoint_workdir, what, warn=logger.warning)
+        check_writable(plan.checkpoint_dir, what)
     devices = f"GPU {','.join(plan.devices)}" if plan.devices else "CPU"
     if plan.is_chief:
         logger.info(f"{plan.mode} on {plan.size} worker(s); {dict(plan.reasons)['mode']}")

@@ -77,7 +77,8 @@ def _apptainer_env(env: Mapping[str, str], allow_home: bool, merge_into: str) ->
     """
     dirs, _ = cache_dirs(env, allow_home)
     for workdir in cache_workdirs(env).values():  # checked before anything runs from there
-        workdirs.prepare(workdir, warn=lambda message: sys.stderr.write(f"distrain: warning: {message}\n"))
+        workdirs.prepare(workdir, "the Apptainer cache dir",
+                         warn=lambda message: sys.stderr.write(f"distrain: warning: {message}\n"))
     binary = find_apptainer(env)
     shim = tempfile.mkdtemp(prefix="distrain-shim-")
     redirect = "2>&1" if merge_into == "stdout" else "1>&2"

@@ -70,12 +70,14 @@ def lost_peer(exc: BaseException, plan: Plan, addresses: tuple[str, ...]) -> str
     text = " ".join(str(e) for e in _chain(exc))
     named = sorted({int(t) for t in _TASK.findall(text)} - {plan.rank})
     peers = [(r, a) for r, a in enumerate(addresses) if r != plan.rank]
-    lost = unreachable(peers) if peers else []
-    if lost:
+    if peers:  # evidence, not the message alone: a collective mismatch from a bug reads much the same
+        lost = unreachable(peers)
+        if not lost:
+            return None
         who = ", ".join(f"worker {r} ({a})" for r, a in lost)
     elif named:
-        who = ", ".join(f"worker {r}" + (f" ({addresses[r]})" if r < len(addresses) else "") for r in named)
+        who = ", ".join(f"worker {r}" for r in named)
     else:
-        who = "another worker"
+        return None
     return (f"lost {who}: it died or became unreachable, so worker {plan.rank} stopped too; "
             "rerun the job to resume from the last checkpoint")

@@ -7,8 +7,10 @@ Plan out, so `distrain plan` shows exactly what a run will do, and every decisio
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -216,10 +218,58 @@ def _checkpoint_dir(env: Mapping[str, str], script: str | None) -> tuple[WorkDir
     return output.below("checkpoints", f"{run_id}-{stem}"), why
 
 
-def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: str | None = None) -> Plan:
+def installed_versions() -> dict[str, str]:
+    """Versions of the packages the Keras decision depends on, from their metadata (no import)."""
+    import importlib.metadata as metadata
+
+    found = {}
+    for name, dist in (("tensorflow", "tensorflow"), ("tensorflow", "tensorflow-cpu"), ("keras", "keras"),
+                       ("tf_keras", "tf-keras"), ("tf_keras", "tf_keras")):
+        if name not in found:
+            with contextlib.suppress(metadata.PackageNotFoundError):
+                found[name] = metadata.version(dist)
+    return found
+
+
+def _major_minor(version: str | None) -> tuple[int, int]:
+    match = re.match(r"(\d+)\.(\d+)", version or "")
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+
+
+# A script asks for tf_keras by importing it, or by setting TF_USE_LEGACY_KERAS itself before importing TensorFlow
+# (os.environ["TF_USE_LEGACY_KERAS"] = "1", os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")).
+_ASKS_FOR_TF_KERAS = re.compile(
+    r"^\s*(import tf_keras|from tf_keras[\s.])|TF_USE_LEGACY_KERAS['\"]\s*(\]\s*=|,)\s*['\"](1|true|True)['\"]",
+    re.MULTILINE)
+
+
+def _keras_family(env: Mapping[str, str], script: str | None, versions: Mapping[str, str]) -> tuple[str, str]:
+    """("keras3" | "legacy", why): the Keras that `python train.py` would get here, unless DISTRAIN_KERAS says."""
+    requested = (env.get("DISTRAIN_KERAS") or "auto").strip().lower()
+    if requested not in ("auto", "legacy", "keras3"):
+        raise ConfigError(f"unknown DISTRAIN_KERAS={requested!r}: use auto, legacy (tf_keras) or keras3")
+    if requested != "auto":
+        return requested, f"DISTRAIN_KERAS={requested}"
+    if _flag(env, "TF_USE_LEGACY_KERAS"):
+        return "legacy", "TF_USE_LEGACY_KERAS=1 is set: tf.keras is tf_keras"
+    if script and os.path.isfile(script):
+        with open(script, encoding="utf-8", errors="replace") as handle:
+            if _ASKS_FOR_TF_KERAS.search(handle.read()):
+                return "legacy", "the script imports tf_keras or sets TF_USE_LEGACY_KERAS"
+    tf = versions.get("tensorflow")
+    if tf and _major_minor(tf) < (2, 16):
+        return "legacy", f"TensorFlow {tf} < 2.16: tf.keras is Keras 2"
+    if _major_minor(versions.get("keras"))[0] < 3:
+        return "legacy", "Keras 3 is not installed"
+    return "keras3", f"Keras {versions['keras']}: what `python train.py` gets with TensorFlow {tf or '?'}"
+
+
+def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: str | None = None,
+           packages: Mapping[str, str] | None = None) -> Plan:
     """Decide mode, ranks, devices and cluster from the environment. Pure: no TensorFlow, no side effects.
 
     `gpus` overrides the probe of visible GPU ids (tests pass it; None probes CUDA_VISIBLE_DEVICES//dev).
+    `packages` overrides the installed versions of tensorflow/keras/tf_keras (None reads package metadata).
     """
     gpus = tuple(gpus) if gpus is not None else probe_gpus(env)
     reasons: dict[str, str] = {}
@@ -342,16 +392,7 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
         except ValueError:
             raise ConfigError(f"DISTRAIN_COLLECTIVE_TIMEOUT={timeout_raw!r} is not a number of seconds") from None
 
-    keras = (env.get("DISTRAIN_KERAS") or "legacy").strip().lower()
-    if keras not in ("legacy", "keras3"):
-        raise ConfigError(f"unknown DISTRAIN_KERAS={keras!r}: use legacy (tf_keras) or keras3")
-    reasons["keras"] = (
-        "tf_keras: Keras 3 fit() breaks under MWM (keras#20585) and Horovod's Keras API"
-        if keras == "legacy"
-        else "DISTRAIN_KERAS=keras3"
-    )
-    if keras == "keras3" and size > 1 and mode in ("mwm", "horovod"):
-        warnings.append(f"Keras 3 with {mode} and {size} workers: fit() does not distribute correctly")
+    keras, reasons["keras"] = _keras_family(env, script, packages if packages is not None else installed_versions())
 
     env_set: dict[str, str] = {}
     env_unset: list[str] = []
@@ -373,13 +414,9 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
             reasons["unset"] = "gRPC would send MWM's traffic to the proxy and hang"
 
     hooks = _flag(env, "DISTRAIN_HOOKS", default=True)
-    if hooks and keras != "legacy":
-        hooks = False
-        warnings.append("Keras 3: distrain's zero-code hooks (optimizer wrapping, chief-only saves, checkpoints) "
-                        "are off; they patch tf_keras")
     checkpoint, reasons["checkpoint"] = _checkpoint_dir(env, script)
     if not hooks:
-        checkpoint, reasons["checkpoint"] = None, "off with the hooks (DISTRAIN_HOOKS=0 or Keras 3)"
+        checkpoint, reasons["checkpoint"] = None, "off with the hooks (DISTRAIN_HOOKS=0)"
     reasons["hooks"] = "DISTRAIN_HOOKS" if env.get("DISTRAIN_HOOKS") else "default: the script runs unchanged"
     every = _int(env, "DISTRAIN_CHECKPOINT_EVERY") or 0
     if every < 0:

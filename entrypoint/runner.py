@@ -16,7 +16,7 @@ import sys
 import threading
 from typing import Any
 
-from . import checkpoint
+from . import checkpoint, sync
 from .engines import Engine
 from .errors import ConfigError
 from .log import get as log
@@ -69,10 +69,9 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
         bound = fit_sig.bind(self, *args, **kwargs)
         args_ = bound.arguments
         user = list(args_.get("callbacks") or [])
-        before, after = [], []
-        if engine.hvd is not None:
-            before += [engine.hvd.callbacks.BroadcastGlobalVariablesCallback(0),
-                       engine.hvd.callbacks.MetricAverageCallback()]
+        before, after = _horovod_callbacks(engine, keras), []
+        if engine.size > 1 and (engine.hvd is not None or plan.keras == "keras3"):
+            before.append(sync.make_callback(keras, tf, engine))  # identical BN statistics on every rank
         backup = None
         if plan.checkpoint_dir and not any(isinstance(c, keras.callbacks.BackupAndRestore) for c in user):
             backup = checkpoint.make_backup_callback(plan, keras)
@@ -90,10 +89,7 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
         if engine.hvd is not None:
             bound = compile_sig.bind(self, *args, **kwargs)
             optimizer = keras.optimizers.get(bound.arguments.get("optimizer", "rmsprop"))
-            if not getattr(optimizer, "_distrain_wrapped", False):
-                optimizer = engine.hvd.DistributedOptimizer(optimizer)
-                optimizer._distrain_wrapped = True
-            bound.arguments["optimizer"] = optimizer
+            bound.arguments["optimizer"] = _horovod_optimizer(engine, plan, optimizer)
             return orig_compile(*bound.args, **bound.kwargs)
         return orig_compile(self, *args, **kwargs)
 
@@ -104,6 +100,34 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
     compile.__wrapped_original__ = orig_compile
     model_cls.fit, model_cls.compile, model_cls.save = fit, compile, functools.wraps(orig_save)(save)
     model_cls._distrain_hooked = True
+
+
+def _horovod_optimizer(engine: Engine, plan: Any, optimizer: Any) -> Any:
+    """The optimizer with its gradients averaged across Horovod ranks (once, however often compile is called)."""
+    if getattr(optimizer, "_distrain_wrapped", False):
+        return optimizer
+    if plan.keras == "keras3":
+        from .compat import keras3_horovod
+
+        return keras3_horovod.wrap_optimizer(optimizer, engine.hvd)
+    base = type(optimizer)
+    optimizer = engine.hvd.DistributedOptimizer(optimizer)
+    # Horovod's wrapper is a subclass made on the fly in module horovod._keras: a model saved with it would not
+    # load without Horovod. Saved under the original class's module, it loads anywhere as the user's optimizer.
+    type(optimizer).__module__ = base.__module__
+    optimizer._distrain_wrapped = True
+    return optimizer
+
+
+def _horovod_callbacks(engine: Engine, keras: Any) -> list:
+    """Rank 0's variables broadcast before the first step, metrics averaged per epoch (nothing outside Horovod)."""
+    if engine.hvd is None:
+        return []
+    if engine.plan.keras == "keras3":
+        from .compat import keras3_horovod
+
+        return keras3_horovod.callbacks(keras, engine.hvd)
+    return [engine.hvd.callbacks.BroadcastGlobalVariablesCallback(0), engine.hvd.callbacks.MetricAverageCallback()]
 
 
 def run_script(script: str, argv: list[str], engine: Engine | None) -> None:

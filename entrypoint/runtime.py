@@ -67,7 +67,7 @@ def setup(plan: Plan | None = None) -> Engine:
     log.configure(plan.prefix)
     apply_environment(plan)
     if plan.keras == "legacy":
-        from .keras_compat import alias_keras_to_tf_keras
+        from .compat.tf_keras_alias import alias_keras_to_tf_keras
 
         try:
             alias_keras_to_tf_keras()
@@ -78,6 +78,12 @@ def setup(plan: Plan | None = None) -> Engine:
             ) from None
     import tensorflow as tf
 
+    if plan.keras == "keras3" and (plan.mode in ("mwm", "mirrored") or plan.hooks):
+        from .compat import keras3_mwm
+
+        fixes = keras3_mwm.apply(tf)
+        if fixes and plan.is_chief:
+            log.get().info(f"Keras {sys.modules['keras'].__version__} fixes for distributed fit: {'; '.join(fixes)}")
     devices.configure(plan, tf)
     engine = build(plan, tf)
     if engine.strategy is not None:

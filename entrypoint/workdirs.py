@@ -107,7 +107,7 @@ def make_private_dirs(path: str) -> None:
             os.mkdir(directory, 0o700)
 
 
-def prepare(workdir: WorkDir, warn=None) -> str:  # noqa: ANN001 - a logging function
+def prepare(workdir: WorkDir, what: str = "the work dir", warn=None) -> str:  # noqa: ANN001 - a log function
     """Check, then create (0700) a work dir; return its path. Raises EnvironmentProblem (exit 3)."""
     why = problem(workdir)
     if why:
@@ -116,7 +116,7 @@ def prepare(workdir: WorkDir, warn=None) -> str:  # noqa: ANN001 - a logging fun
         make_private_dirs(workdir.path)
     except OSError as exc:
         raise EnvironmentProblem(
-            f"cannot create {workdir.path} ({exc.strerror}): choose a writable directory"
+            f"{what} {workdir.path} is not writable ({exc.strerror}): choose a writable directory"
         ) from None
     why = problem(workdir)  # a race with another user between the check and the mkdir
     if why:

@@ -48,3 +48,25 @@ def assert_trained_in_sync(output: str, workers: int) -> list[dict[str, str]]:
     for r in found:
         assert float(r["loss_last"]) < float(r["loss_first"]), r
     return found
+
+
+# Both Keras families distrain runs: Keras 3 (what `auto` picks with TensorFlow >= 2.16) and tf_keras.
+KERAS_FAMILIES = ("keras3", "legacy")
+
+
+def keras_env(family: str, **extra: str) -> dict[str, str]:
+    """clean_env with the Keras family forced, as a user would with DISTRAIN_KERAS."""
+    return clean_env(DISTRAIN_KERAS=family, **extra)
+
+
+def load_model(path: Path, family: str, input_shape: tuple = (8, 8, 1)) -> str:
+    """Load a saved model in a fresh process with plain Keras of that family (no distrain), predict once."""
+    legacy = "import os; os.environ['TF_USE_LEGACY_KERAS'] = '1'; " if family == "legacy" else ""
+    code = (f"{legacy}import numpy as np, tensorflow as tf; "
+            f"m = tf.keras.models.load_model({str(path)!r}); import keras; "
+            f"print('OUT', m.predict(np.zeros((1, *{input_shape!r}), 'float32'), verbose=0).shape, "
+            "type(m).__module__.split('.')[0])")
+    out = run(["python", "-c", code])
+    assert "OUT (1, " in out.stdout, out.stdout[-2000:]
+    assert ("tf_keras" if family == "legacy" else "keras") == out.stdout.split()[-1], out.stdout[-500:]
+    return out.stdout

@@ -21,8 +21,11 @@ def check_installed() -> None:
 
 def init(plan: Plan, tf):  # noqa: ANN001, ANN201 - tensorflow module in, horovod module out
     """hvd.init() and pin one GPU per process. The Keras alias (setup) must be in place first."""
-    try:
-        import horovod.tensorflow.keras as hvd
+    try:  # Horovod's Keras API drives tf_keras only; Keras 3 goes through horovod.tensorflow (compat.keras3_horovod)
+        if plan.keras == "keras3":
+            import horovod.tensorflow as hvd
+        else:
+            import horovod.tensorflow.keras as hvd
     except ImportError as exc:  # installed but broken (built against another TensorFlow, MPI missing)
         raise EnvironmentProblem(f"Horovod does not load ({exc}); rebuild it with scripts/build-horovod.sh") from None
     hvd.init()

@@ -4,27 +4,31 @@ import os
 
 import pytest
 
-from helpers import DISTRAIN, assert_trained_in_sync, clean_env, results, run
+from helpers import DISTRAIN, KERAS_FAMILIES, assert_trained_in_sync, keras_env, load_model, results, run
 
 MPIRUN = ["mpirun", "--allow-run-as-root", "--tag-output", "-np", "2", "-x", "PATH", "-x", "PYTHONUNBUFFERED",
           "-mca", "btl_tcp_if_include", "lo", "-mca", "oob_tcp_if_include", "lo"]
 
 
+@pytest.mark.parametrize("family", KERAS_FAMILIES)
 @pytest.mark.parametrize("launcher", ["gloo", "mpi"])
-def test_horovod_averages_ranks_that_start_apart(launcher, tmp_path):
-    cmd = ["horovodrun", "-np", "2", "--gloo"] if launcher == "gloo" else MPIRUN
-    out = run([*cmd, DISTRAIN, "run", "examples/sync_check.py", "--epochs", "3", "--save", str(tmp_path / "m.keras")])
+def test_horovod_averages_ranks_that_start_apart(launcher, family, tmp_path):
+    cmd = ["horovodrun", "-np", "2", "--gloo"] if launcher == "gloo" else [*MPIRUN, "-x", "DISTRAIN_KERAS"]
+    out = run([*cmd, DISTRAIN, "run", "examples/sync_check.py", "--epochs", "3", "--save", str(tmp_path / "m.keras")],
+              env=keras_env(family))
     assert out.returncode == 0, out.stdout[-3000:]
     found = assert_trained_in_sync(out.stdout, workers=2)
     assert {(r["rank"], r["size"]) for r in found} == {("0", "2"), ("1", "2")}
     assert "horovod on 2 worker(s)" in out.stdout
     # dt.save under Horovod: rank 0 alone writes, atomically
     assert out.stdout.count("distrain: saved model to") == 1 and os.listdir(tmp_path) == ["m.keras"]
+    load_model(tmp_path / "m.keras", family, input_shape=(16,))
 
 
-def test_negative_control_without_hooks_diverges():
+@pytest.mark.parametrize("family", KERAS_FAMILIES)
+def test_negative_control_without_hooks_diverges(family):
     out = run(["horovodrun", "-np", "2", "--gloo", DISTRAIN, "run", "examples/sync_check.py", "--epochs", "3"],
-              env=clean_env(DISTRAIN_HOOKS="0"))
+              env=keras_env(family, DISTRAIN_HOOKS="0"))
     assert out.returncode == 0, out.stdout[-3000:]
     found = results(out.stdout)
     assert len(found) == 2 and len({r["weights"] for r in found}) == 2, found

@@ -7,7 +7,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from helpers import DISTRAIN, ROOT, assert_trained_in_sync, clean_env, run
+import pytest
+
+from helpers import DISTRAIN, KERAS_FAMILIES, ROOT, assert_trained_in_sync, clean_env, keras_env, run
 
 
 def start_launch(env, *args):
@@ -28,8 +30,9 @@ def first_epoch(output: str) -> int:
     return int(re.search(r"Epoch (\d+)/", output).group(1))
 
 
-def test_killed_worker_then_rerun_resumes_at_the_last_epoch(tmp_path):
-    env = clean_env(DISTRAIN_CHECKPOINT_DIR=str(tmp_path / "ckpt"))
+@pytest.mark.parametrize("family", KERAS_FAMILIES)
+def test_killed_worker_then_rerun_resumes_at_the_last_epoch(tmp_path, family):
+    env = keras_env(family, DISTRAIN_CHECKPOINT_DIR=str(tmp_path / "ckpt"))
     proc = start_launch(env, "--epochs", "8")
     before = read_until(proc, "Epoch 4/")
     worker = int(Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()[1])
@@ -44,8 +47,9 @@ def test_killed_worker_then_rerun_resumes_at_the_last_epoch(tmp_path):
     assert not (tmp_path / "ckpt" / "chief").exists()  # a completed fit removes its backup
 
 
-def test_sigterm_checkpoints_every_rank_and_exits_75_then_resumes(tmp_path):
-    env = clean_env(DISTRAIN_CHECKPOINT_DIR=str(tmp_path / "ckpt"))
+@pytest.mark.parametrize("family", KERAS_FAMILIES)
+def test_sigterm_checkpoints_every_rank_and_exits_75_then_resumes(tmp_path, family):
+    env = keras_env(family, DISTRAIN_CHECKPOINT_DIR=str(tmp_path / "ckpt"))
     proc = start_launch(env, "--epochs", "30")
     read_until(proc, "Epoch 3/")
     proc.send_signal(signal.SIGTERM)
@@ -60,17 +64,20 @@ def test_sigterm_checkpoints_every_rank_and_exits_75_then_resumes(tmp_path):
     assert_trained_in_sync(out.stdout, workers=2)
 
 
-def test_corrupt_newest_checkpoint_falls_back_to_the_previous(tmp_path):
+@pytest.mark.parametrize("family", KERAS_FAMILIES)
+def test_corrupt_newest_checkpoint_falls_back_to_the_previous(tmp_path, family):
     ckpt = tmp_path / "ckpt"
-    env = clean_env(DISTRAIN_CHECKPOINT_DIR=str(ckpt))
+    env = keras_env(family, DISTRAIN_CHECKPOINT_DIR=str(ckpt))
     proc = subprocess.Popen([DISTRAIN, "run", "examples/train.py", "--epochs", "50"], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     read_until(proc, "Epoch 5/")
     proc.kill()
     proc.wait()
     chief = ckpt / "chief"
-    newest = max(chief.glob("ckpt-*.index"), key=lambda p: int(p.name.split("-")[1].split(".")[0]))
-    for data in chief.glob(newest.name.replace(".index", ".data-*")):
+    done = "ckpt-*.index" if family == "legacy" else "ckpt-*.json"  # tf_keras's layout, distrain's for Keras 3
+    newest = max(chief.glob(done), key=lambda p: int(p.name.split("-")[1].split(".")[0]))
+    stem = newest.name.split(".")[0]
+    for data in [*chief.glob(f"{stem}.data-*"), *chief.glob(f"{stem}.weights.h5")]:
         data.write_bytes(b"\0" * 64)  # truncated garbage, as a crash mid-write leaves it
     out = run([DISTRAIN, "run", "examples/train.py", "--epochs", "6"], env=env)
     assert out.returncode == 0, out.stdout[-3000:]
@@ -81,7 +88,7 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_previous(tmp_path):
 def test_concurrent_saves_to_one_path_always_leave_a_loadable_model(tmp_path):
     """Two launches (2 and 4 workers) save to the same path over and over while a reader keeps loading it."""
     target = tmp_path / "shared.keras"
-    writer = ("import os, sys; os.environ['TF_USE_LEGACY_KERAS'] = '1'\n"
+    writer = ("import os, sys; os.environ['TF_USE_LEGACY_KERAS'] = '1'  # a tf_keras script: distrain keeps it\n"
               "import entrypoint as dt, tensorflow as tf\n"
               "model = tf.keras.Sequential([tf.keras.layers.Input((64,)), tf.keras.layers.Dense(256),"
               " tf.keras.layers.Dense(10)])\n"

@@ -7,26 +7,30 @@ import subprocess
 import time
 from pathlib import Path
 
-from helpers import DISTRAIN, ROOT, assert_trained_in_sync, clean_env, results, run
+import pytest
+
+from helpers import (
+    DISTRAIN,
+    KERAS_FAMILIES,
+    ROOT,
+    assert_trained_in_sync,
+    clean_env,
+    keras_env,
+    load_model,
+    results,
+    run,
+)
 
 
-def load_model(path: Path) -> None:
-    """Load a saved model in a fresh process (as a user would), and check it predicts."""
-    code = ("import os; os.environ['TF_USE_LEGACY_KERAS']='1'; import tensorflow as tf, numpy as np; "
-            f"m = tf.keras.models.load_model({str(path)!r}); "
-            "print('OUT', m.predict(np.zeros((1, 8, 8, 1), 'float32'), verbose=0).shape)")
-    out = run(["python", "-c", code])
-    assert "OUT (1, 10)" in out.stdout, out.stdout[-2000:]
-
-
-def test_single_trains_the_unmodified_script_and_saves_once(tmp_path):
+@pytest.mark.parametrize("family", KERAS_FAMILIES)
+def test_single_trains_the_unmodified_script_and_saves_once(tmp_path, family):
     model = tmp_path / "digits.keras"
-    out = run([DISTRAIN, "run", "examples/train.py", "--epochs", "3", "--save", str(model)])
+    out = run([DISTRAIN, "run", "examples/train.py", "--epochs", "3", "--save", str(model)], env=keras_env(family))
     assert out.returncode == 0, out.stdout[-3000:]
     assert "distrain: single on 1 worker(s)" in out.stdout
     assert_trained_in_sync(out.stdout, workers=1)
     assert sorted(os.listdir(tmp_path)) == ["digits.keras"]  # no temp files left behind
-    load_model(model)
+    load_model(model, family)
 
 
 def test_python_dash_m_entrypoint_is_the_same_command(tmp_path):
@@ -35,37 +39,46 @@ def test_python_dash_m_entrypoint_is_the_same_command(tmp_path):
     assert results(out.stdout)[0]["epochs"] == "1"
 
 
-def test_mwm_two_workers_train_in_sync(tmp_path):
+@pytest.mark.parametrize("family", KERAS_FAMILIES)
+def test_mwm_two_workers_train_in_sync(tmp_path, family):
     model = tmp_path / "digits.keras"
-    out = run([DISTRAIN, "launch", "-n", "2", "examples/train.py", "--epochs", "3", "--save", str(model)])
+    out = run([DISTRAIN, "launch", "-n", "2", "examples/train.py", "--epochs", "3", "--save", str(model)],
+              env=keras_env(family))
     assert out.returncode == 0, out.stdout[-3000:]
     assert_trained_in_sync(out.stdout, workers=2)
     assert "[0/2] Epoch 1/3" in out.stdout and "[1/2] Epoch" not in out.stdout  # progress from the chief only
     assert sorted(os.listdir(tmp_path)) == ["digits.keras"]
-    load_model(model)
+    load_model(model, family)
 
 
-def test_mwm_synchronises_ranks_that_start_apart(tmp_path):
+@pytest.mark.parametrize("family", KERAS_FAMILIES)
+def test_mwm_synchronises_ranks_that_start_apart(tmp_path, family):
     """Different seeds and data per rank; identical weights at the end. Without the hooks: different."""
-    out = run([DISTRAIN, "launch", "-n", "2", "examples/sync_check.py", "--epochs", "2"])
+    out = run([DISTRAIN, "launch", "-n", "2", "examples/sync_check.py", "--epochs", "2"], env=keras_env(family))
     assert out.returncode == 0, out.stdout[-3000:]
     found = assert_trained_in_sync(out.stdout, workers=2)
     assert {r["rank"] for r in found} == {"0", "1"} and {r["size"] for r in found} == {"2"}
 
     control = run([DISTRAIN, "launch", "-n", "2", "examples/sync_check.py", "--epochs", "2"],
-                  env=clean_env(DISTRAIN_HOOKS="0"))
+                  env=keras_env(family, DISTRAIN_HOOKS="0"))
     assert control.returncode == 0, control.stdout[-3000:]
     assert len({r["weights"] for r in results(control.stdout)}) == 2, "negative control did not diverge"
 
 
-def test_dt_save_from_two_workers_leaves_one_complete_model(tmp_path):
-    for fmt in ("model.keras", "savedmodel"):
+@pytest.mark.parametrize("family", KERAS_FAMILIES)
+def test_dt_save_from_two_workers_leaves_one_complete_model(tmp_path, family):
+    # Keras 3 saves .keras and .h5 only (a directory is model.export's job): distrain keeps Keras' rules
+    formats = ("model.keras", "savedmodel") if family == "legacy" else ("model.keras", "model.h5")
+    for fmt in formats:
         target = tmp_path / fmt
-        out = run([DISTRAIN, "launch", "-n", "2", "examples/sync_check.py", "--epochs", "1", "--save", str(target)])
+        out = run([DISTRAIN, "launch", "-n", "2", "examples/sync_check.py", "--epochs", "1", "--save", str(target)],
+                  env=keras_env(family))
         assert out.returncode == 0, out.stdout[-3000:]
         assert out.stdout.count("distrain: saved model to") == 1
-    assert sorted(os.listdir(tmp_path)) == ["model.keras", "savedmodel"]
-    assert (tmp_path / "savedmodel" / "saved_model.pb").is_file()
+    assert sorted(os.listdir(tmp_path)) == sorted(formats)
+    if family == "legacy":
+        assert (tmp_path / "savedmodel" / "saved_model.pb").is_file()
+    load_model(tmp_path / "model.keras", family, input_shape=(16,))
 
 
 def _children(pid: int) -> list[int]:

@@ -1,0 +1,101 @@
+"""Horovod for Keras 3, through `horovod.tensorflow`, since `horovod.tensorflow.keras` cannot drive Keras 3.
+
+With Keras 3, Horovod 0.28.1's Keras API breaks (horovod/horovod#4290, its fix withdrawn):
+`BroadcastGlobalVariablesCallback` fails ("'Variable' object has no attribute 'ref'"), `MetricAverageCallback`
+fails (`keras.backend` has no `constant`), and `DistributedOptimizer` raises nothing but does not average the
+gradients, so ranks silently drift apart. `horovod.tensorflow` works on the variables' backing `tf.Variable`s.
+This module gives the three things Horovod's Keras API would: averaged gradients in the optimizer's apply
+step, rank 0's initial variables on every rank before the first step, averaged epoch metrics.
+
+`broken()` checks that the defect is there (Horovod's Keras module still resolves `keras` to Keras 3's backend
+without `constant`), so the day Horovod supports Keras 3 this module can go.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def tf_variables(variables: Any) -> list:
+    """Keras 3 variables wrap a tf.Variable in `.value`; Horovod needs the tf.Variable."""
+    import tensorflow as tf
+
+    out = []
+    for variable in variables:
+        inner = variable if isinstance(variable, tf.Variable) else getattr(variable, "value", variable)
+        out.append(inner)
+    return out
+
+
+class TapeOverTFVariables:
+    """Horovod's DistributedGradientTape keys gradients by `variable.ref()`, which Keras 3 variables lack: hand
+    it their tf.Variables (the gradients are the same)."""
+
+    def __init__(self, tape: Any) -> None:
+        self._tape = tape
+
+    def gradient(self, target: Any, sources: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(sources, (list, tuple)):
+            sources = tf_variables(sources)
+        return self._tape.gradient(target, sources, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tape, name)
+
+
+def wrap_optimizer(optimizer: Any, hvd: Any) -> Any:
+    """Average the gradients across ranks in the optimizer's `apply` (what `apply_gradients` calls)."""
+    if getattr(optimizer, "_distrain_wrapped", False):
+        return optimizer
+    original = optimizer.apply
+
+    def apply(grads: Any, trainable_variables: Any = None) -> Any:
+        grads = list(grads)
+        present = [i for i, g in enumerate(grads) if g is not None]
+        averaged = hvd.grouped_allreduce([grads[i] for i in present], op=hvd.Average, name="distrain_grads")
+        for i, value in zip(present, averaged):
+            grads[i] = value
+        return original(grads, trainable_variables)
+
+    optimizer.apply = apply
+    optimizer._distrain_wrapped = True
+    return optimizer
+
+
+def callbacks(keras: Any, hvd: Any) -> list:
+    """Broadcast rank 0's variables (at the start and after the first step, when the optimizer exists) and
+    average the epoch's metrics."""
+
+    class BroadcastFromRankZero(keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self._done_after_first_step = False
+
+        def _broadcast(self) -> None:
+            variables = list(self.model.variables)
+            if self.model.optimizer is not None and getattr(self.model.optimizer, "built", False):
+                variables += list(self.model.optimizer.variables)
+            hvd.broadcast_variables(tf_variables(variables), root_rank=0)
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            if self.model.built:
+                self._broadcast()
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            if not self._done_after_first_step:
+                self._done_after_first_step = True
+                self._broadcast()
+
+    class AverageMetrics(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            if not logs:
+                return
+            import tensorflow as tf
+
+            for key in sorted(logs):
+                value = logs[key]
+                if isinstance(value, (int, float)) or getattr(value, "shape", None) == ():
+                    logs[key] = float(hvd.allreduce(tf.constant(float(value)), op=hvd.Average,
+                                                    name=f"distrain_metric_{key}"))
+
+    return [BroadcastFromRankZero(), AverageMetrics()]

@@ -1,0 +1,171 @@
+"""Keras 3 `fit`/`evaluate`/`predict` under MultiWorkerMirroredStrategy (and MirroredStrategy) with >1 replica.
+
+Keras 3's TensorFlow trainer (`keras/src/backend/tensorflow/trainer.py`) fails there in up to four places. Each
+fix below checks, from the source of what it corrects, that the defect is really there and does nothing where
+it is not (fixed upstream: delete the fix). Where Keras' internals are not the ones these fixes know, `apply`
+raises, so the run is refused at start-up with one line rather than failing later or training out of sync.
+
+1. `reduce_per_replica(..., "mean")` calls `strategy.reduce("MEAN", v, axis=0)` for every logged value under
+   MWM, which fails on scalar losses and metrics ("Invalid reduction dimension 0 for input with 0 dimensions").
+   tensorflow/tensorflow#72388, keras-team/keras#20585. A scalar needs `axis=None`.
+2. `_maybe_symbolic_build` (newer Keras 3) reduces the first distributed *input* batch with
+   `strategy.reduce("MEAN", batch, axis=None)` to build the model symbolically; MWM cannot reduce a PerReplica of
+   input tensors ("Attempt to convert a value (PerReplica...)"). keras-team/keras#20585. The first local
+   replica's batch is enough to build.
+3. `SeedGenerator` (Dropout and every seeded layer) keeps its state in a uint32 variable, which MWM's
+   collective initialisation cannot broadcast ("Value for attr 'T' of uint32 is not in the list of allowed
+   values"). Fixed upstream by keras-team/keras#19928 (int64 seeds on TensorFlow); older Keras 3 (3.3.x, the one
+   NGC's TensorFlow images carry) gets an int64 state the same way.
+4. The TensorFlow optimizer all-reduces the gradients inside its `merge_call`, in cross-replica context, where
+   `get_replica_context()` is None: the gradients are never aggregated and every replica applies its own, so
+   workers silently drift apart (keras-team/keras#19969 moved the all-reduce out). Those Keras versions do not
+   scale the loss by the number of replicas either, so the gradients are averaged (not summed) before the
+   merge call: the gradient of the global batch's mean loss, as one process would compute it.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import re
+from typing import Any
+
+from ..errors import EnvironmentProblem
+
+_MEAN_AXIS_0 = re.compile(r"""strategy\.reduce\(\s*["']MEAN["'],\s*v,\s*axis=0\s*\)""")
+_REDUCE_INPUT_BATCH = re.compile(r"""\.reduce\(\s*["']MEAN["'],\s*maybe_distributed_data_batch""")
+_UINT32_STATE = re.compile(r"""dtype=["']uint32["']""")
+_REDUCE_IN_MERGE_CALL = re.compile(r"""grads_and_vars = self\._all_reduce_sum_gradients\(""")
+
+
+def _source(obj: Any) -> str:
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError):
+        return ""
+
+
+def _refuse(keras_version: str, what: str) -> EnvironmentProblem:
+    return EnvironmentProblem(
+        f"Keras {keras_version}: {what}, so distrain cannot make multi-worker fit() work with it: use "
+        "DISTRAIN_KERAS=legacy (tf_keras), or a Keras 3 that distrain was proven with (3.3.2 to 3.15.1)"
+    )
+
+
+def apply(tf: Any) -> list[str]:
+    """Install the fixes whose defect is present; return their names. Raises EnvironmentProblem (refusal)."""
+    import keras
+
+    version = keras.__version__
+    try:
+        trainer = importlib.import_module("keras.src.backend.tensorflow.trainer")
+        seeds = importlib.import_module("keras.src.random.seed_generator")
+    except ImportError as exc:
+        raise _refuse(version, f"its TensorFlow trainer is not where distrain expects it ({exc})") from None
+    reduce_fn = getattr(trainer, "reduce_per_replica", None)
+    multi_worker = getattr(trainer, "_collective_all_reduce_multi_worker", None)
+    if reduce_fn is None or multi_worker is None or list(inspect.signature(reduce_fn).parameters)[:3] != [
+            "values", "strategy", "reduction"]:
+        raise _refuse(version, "its trainer has no reduce_per_replica(values, strategy, reduction)")
+    applied = []
+    if _MEAN_AXIS_0.search(_source(reduce_fn)):
+        trainer.reduce_per_replica = _scalar_safe_reduce(reduce_fn, multi_worker, tf)
+        applied.append("reduce_per_replica axis=None for scalars (tf#72388)")
+    build = getattr(trainer.TensorFlowTrainer, "_maybe_symbolic_build", None)
+    if build is not None and _REDUCE_INPUT_BATCH.search(_source(build)):
+        trainer.TensorFlowTrainer._maybe_symbolic_build = _build_from_local_batch(build, multi_worker, tf)
+        applied.append("symbolic build from the local batch (keras#20585)")
+    optimizer_cls = getattr(importlib.import_module("keras.src.backend.tensorflow.optimizer"), "TFOptimizer", None)
+    update = getattr(optimizer_cls, "_distributed_tf_update_step", None)
+    if update is not None and _REDUCE_IN_MERGE_CALL.search(_source(update)):
+        scaled = hasattr(importlib.import_module("keras.src.losses.loss"), "scale_loss_for_distribution")
+        optimizer_cls._backend_update_step = _reduce_before_merge(optimizer_cls._backend_update_step, scaled, tf)
+        applied.append(f"gradients {'summed' if scaled else 'averaged'} across replicas (keras#19969)")
+    if _UINT32_STATE.search(_source(seeds.SeedGenerator.__init__)):
+        seeds.SeedGenerator.__init__ = _int64_seed_state(seeds.SeedGenerator.__init__)
+        applied.append("int64 SeedGenerator state (keras#19928)")
+    return applied
+
+
+def _rank(value: Any, tf: Any) -> int | None:
+    if isinstance(value, tf.distribute.DistributedValues):
+        value = value.values[0]
+    shape = getattr(value, "shape", None)
+    return None if shape is None or shape.rank is None else shape.rank
+
+
+def _scalar_safe_reduce(original: Any, multi_worker: Any, tf: Any) -> Any:
+    @functools.wraps(original)
+    def reduce_per_replica(values: Any, strategy: Any, reduction: Any) -> Any:
+        if reduction in ("auto", "mean") and multi_worker(strategy):
+            def mean(value: Any) -> Any:
+                return strategy.reduce("MEAN", value, axis=None if _rank(value, tf) == 0 else 0)
+
+            return tf.nest.map_structure(mean, values)
+        return original(values, strategy, reduction)
+
+    return reduce_per_replica
+
+
+def _build_from_local_batch(original: Any, multi_worker: Any, tf: Any) -> Any:
+    @functools.wraps(original)
+    def _maybe_symbolic_build(self: Any, iterator: Any = None, data_batch: Any = None) -> Any:
+        strategy = self.distribute_strategy
+        if iterator is not None and self._distribute_strategy is not None and multi_worker(strategy):
+            for step in iterator:
+                batch = next(step[-1])  # (begin, end, iterator) in Keras 3.15; the iterator is always last
+                data_batch = tf.nest.map_structure(
+                    lambda x: strategy.experimental_local_results(x)[0]
+                    if isinstance(x, tf.distribute.DistributedValues) else x, batch)
+                break
+            iterator = None
+        return original(self, iterator=iterator, data_batch=data_batch)
+
+    return _maybe_symbolic_build
+
+
+def _reduce_before_merge(original: Any, scaled: bool, tf: Any) -> Any:
+    @functools.wraps(original)
+    def _backend_update_step(self: Any, grads: Any, trainable_variables: Any, learning_rate: Any) -> Any:
+        context = tf.distribute.get_replica_context()
+        if context is not None and tf.distribute.get_strategy().num_replicas_in_sync > 1:
+            grads = list(grads)
+            present = [i for i, g in enumerate(grads) if g is not None]
+            op = tf.distribute.ReduceOp.SUM if scaled else tf.distribute.ReduceOp.MEAN
+            reduced = context.all_reduce(op, [grads[i] for i in present]) if present else []
+            for i, value in zip(present, reduced):
+                grads[i] = value
+        # the original's own all-reduce runs in cross-replica context, where it is a no-op
+        return original(self, grads, trainable_variables, learning_rate)
+
+    return _backend_update_step
+
+
+class _Int64Seeds:
+    """The backend as SeedGenerator sees it, with its uint32 seed variables created as int64."""
+
+    def __init__(self, backend: Any) -> None:
+        self._backend = backend
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)
+
+    def Variable(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802 - the backend's name
+        if kwargs.get("dtype") == "uint32":
+            kwargs["dtype"] = "int64"
+        return self._backend.Variable(*args, **kwargs)
+
+    def convert_to_tensor(self, value: Any, dtype: Any = None, **kwargs: Any) -> Any:
+        return self._backend.convert_to_tensor(value, dtype="int64" if dtype == "uint32" else dtype, **kwargs)
+
+
+def _int64_seed_state(original: Any) -> Any:
+    from keras.src import backend
+
+    @functools.wraps(original)
+    def __init__(self: Any, seed: Any = None, name: Any = None, **kwargs: Any) -> None:  # noqa: N807
+        kwargs.setdefault("backend", _Int64Seeds(backend))
+        original(self, seed, name, **kwargs)
+
+    return __init__

@@ -1,0 +1,61 @@
+"""Keep the ranks' non-trainable state identical: BatchNormalization's moving statistics and the like.
+
+Gradients are averaged, so trainable weights stay identical; non-trainable state is updated by each rank from its
+own batches. tf_keras under MWM creates it ON_READ with MEAN aggregation, so reading it averages across workers.
+Keras 3's TensorFlow variables do not (3.3.x ignores `aggregation`, later 3.x default to "none"), and Horovod never
+did: each rank keeps, and the chief saves, its own moving mean. This callback averages the floating-point
+non-trainable variables across ranks at every epoch end and at the end of training, before the checkpoint and
+user callbacks that read them, so every rank ends with the same model. Under MWM it also logs the mean of the
+epoch's metrics (Keras 3.3.x keeps metric variables per worker, so each worker would log its own share).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def make_callback(keras: Any, tf: Any, engine: Any) -> Any:
+    strategy = engine.strategy
+
+    def state(model: Any) -> list:
+        out = []
+        for variable in model.non_trainable_variables:
+            inner = variable if isinstance(variable, tf.Variable) else getattr(variable, "value", variable)
+            if inner.dtype.is_floating and getattr(inner, "aggregation", None) != tf.VariableAggregation.MEAN:
+                out.append(inner)
+        return out
+
+    if engine.hvd is not None:
+        def average(variables: list) -> None:
+            values = engine.hvd.grouped_allreduce([tf.identity(v) for v in variables], op=engine.hvd.Average,
+                                                  name="distrain_state")
+            for variable, value in zip(variables, values):
+                variable.assign(value)
+    else:
+        @tf.function
+        def _mean(values: list) -> Any:
+            local = strategy.run(lambda: [tf.identity(v) for v in values])
+            return [strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=None) for value in local]
+
+        def average(variables: list) -> None:
+            for variable, value in zip(variables, _mean(variables)):
+                variable.assign(value)
+
+    class AverageNonTrainableState(keras.callbacks.Callback):
+        def _sync(self) -> None:
+            variables = state(self.model)
+            if variables:
+                average(variables)
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            self._sync()
+            if engine.hvd is None and logs:  # Keras 3.3.x keeps metric variables per worker: log the mean
+                keys = sorted(k for k, v in logs.items() if isinstance(v, (int, float)) or getattr(v, "shape", 0) == ())
+                if keys:
+                    means = _mean([tf.constant(float(logs[k]), tf.float32) for k in keys])
+                    logs.update({k: float(m) for k, m in zip(keys, means)})
+
+        def on_train_end(self, logs: Any = None) -> None:
+            self._sync()
+
+    return AverageNonTrainableState()
