@@ -78,7 +78,8 @@ def setup(plan: Plan | None = None) -> Engine:
             ) from None
     import tensorflow as tf
 
-    if plan.keras == "keras3" and (plan.mode in ("mwm", "mirrored") or plan.hooks):
+    replicas = plan.size if plan.mode == "mwm" else len(plan.devices) if plan.mode == "mirrored" else 1
+    if plan.keras == "keras3" and replicas > 1:
         from .compat import keras3_mwm
 
         fixes = keras3_mwm.apply(tf)

@@ -5,8 +5,7 @@ own batches. tf_keras under MWM creates it ON_READ with MEAN aggregation, so rea
 Keras 3's TensorFlow variables do not (3.3.x ignores `aggregation`, later 3.x default to "none"), and Horovod never
 did: each rank keeps, and the chief saves, its own moving mean. This callback averages the floating-point
 non-trainable variables across ranks at every epoch end and at the end of training, before the checkpoint and
-user callbacks that read them, so every rank ends with the same model. Under MWM it also logs the mean of the
-epoch's metrics (Keras 3.3.x keeps metric variables per worker, so each worker would log its own share).
+user callbacks that read them, so every rank ends with the same model.
 """
 
 from __future__ import annotations
@@ -33,8 +32,8 @@ def make_callback(keras: Any, tf: Any, engine: Any) -> Any:
                 variable.assign(value)
     else:
         @tf.function
-        def _mean(values: list) -> Any:
-            local = strategy.run(lambda: [tf.identity(v) for v in values])
+        def _mean(variables: list) -> Any:
+            local = strategy.run(lambda: [tf.identity(v) for v in variables])
             return [strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=None) for value in local]
 
         def average(variables: list) -> None:
@@ -49,11 +48,6 @@ def make_callback(keras: Any, tf: Any, engine: Any) -> Any:
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             self._sync()
-            if engine.hvd is None and logs:  # Keras 3.3.x keeps metric variables per worker: log the mean
-                keys = sorted(k for k, v in logs.items() if isinstance(v, (int, float)) or getattr(v, "shape", 0) == ())
-                if keys:
-                    means = _mean([tf.constant(float(logs[k]), tf.float32) for k in keys])
-                    logs.update({k: float(m) for k, m in zip(keys, means)})
 
         def on_train_end(self, logs: Any = None) -> None:
             self._sync()

@@ -63,7 +63,7 @@ def load_model(path: Path, family: str, input_shape: tuple = (8, 8, 1)) -> str:
     """Load a saved model in a fresh process with plain Keras of that family (no distrain), predict once."""
     legacy = "import os; os.environ['TF_USE_LEGACY_KERAS'] = '1'; " if family == "legacy" else ""
     code = (f"{legacy}import numpy as np, tensorflow as tf; "
-            f"m = tf.keras.models.load_model({str(path)!r}); import keras; "
+            f"m = tf.keras.models.load_model({str(path)!r}, safe_mode=False); "
             f"print('OUT', m.predict(np.zeros((1, *{input_shape!r}), 'float32'), verbose=0).shape, "
             "type(m).__module__.split('.')[0])")
     out = run(["python", "-c", code])

@@ -75,7 +75,9 @@ def callbacks(keras: Any, hvd: Any) -> list:
             variables = list(self.model.variables)
             if self.model.optimizer is not None and getattr(self.model.optimizer, "built", False):
                 variables += list(self.model.optimizer.variables)
-            hvd.broadcast_variables(tf_variables(variables), root_rank=0)
+            # Horovod has no uint32: Keras 3.3's SeedGenerator state (per-rank dropout masks are fine) stays local
+            variables = [v for v in tf_variables(variables) if v.dtype.name not in ("uint32", "uint64")]
+            hvd.broadcast_variables(variables, root_rank=0)
 
         def on_train_begin(self, logs: Any = None) -> None:
             if self.model.built:

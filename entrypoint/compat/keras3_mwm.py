@@ -21,6 +21,9 @@ raises, so the run is refused at start-up with one line rather than failing late
    workers silently drift apart (keras-team/keras#19969 moved the all-reduce out). Those Keras versions do not
    scale the loss by the number of replicas either, so the gradients are averaged (not summed) before the
    merge call: the gradient of the global batch's mean loss, as one process would compute it.
+5. The TensorFlow backend creates every variable without the `aggregation` Keras declares (fixed in later 3.x,
+   which pass it on): metric states ("sum" aggregation) stay per worker, so `fit` logs and `evaluate` returns
+   each worker's own share. Their states are summed across workers just before the results are read.
 """
 
 from __future__ import annotations
@@ -82,6 +85,11 @@ def apply(tf: Any) -> list[str]:
         scaled = hasattr(importlib.import_module("keras.src.losses.loss"), "scale_loss_for_distribution")
         optimizer_cls._backend_update_step = _reduce_before_merge(optimizer_cls._backend_update_step, scaled, tf)
         applied.append(f"gradients {'summed' if scaled else 'averaged'} across replicas (keras#19969)")
+    core = importlib.import_module("keras.src.backend.tensorflow.core")
+    results = getattr(trainer.TensorFlowTrainer, "_get_metrics_result_or_logs", None)
+    if "aggregation" not in _source(core.Variable._initialize) and results is not None:
+        trainer.TensorFlowTrainer._get_metrics_result_or_logs = _sum_metric_states(results, multi_worker, tf)
+        applied.append("metric states summed across workers (variables created without aggregation)")
     if _UINT32_STATE.search(_source(seeds.SeedGenerator.__init__)):
         seeds.SeedGenerator.__init__ = _int64_seed_state(seeds.SeedGenerator.__init__)
         applied.append("int64 SeedGenerator state (keras#19928)")
@@ -140,6 +148,31 @@ def _reduce_before_merge(original: Any, scaled: bool, tf: Any) -> Any:
         return original(self, grads, trainable_variables, learning_rate)
 
     return _backend_update_step
+
+
+def _sum_metric_states(original: Any, multi_worker: Any, tf: Any) -> Any:
+    @functools.wraps(original)
+    def _get_metrics_result_or_logs(self: Any, logs: Any) -> Any:
+        strategy = self.distribute_strategy
+        if multi_worker(strategy):
+            variables = [getattr(v, "value", v) for v in self.metrics_variables]
+            variables = [v for v in variables if v.dtype.is_floating or v.dtype.is_integer]
+            if variables:
+                for variable, total in zip(variables, _all_sum(strategy, tf)(variables)):
+                    variable.assign(tf.cast(total, variable.dtype))
+        return original(self, logs)
+
+    return _get_metrics_result_or_logs
+
+
+@functools.cache
+def _all_sum(strategy: Any, tf: Any) -> Any:
+    @tf.function
+    def all_sum(values: list) -> list:
+        local = strategy.run(lambda: [tf.identity(v) for v in values])
+        return [strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None) for value in local]
+
+    return all_sum
 
 
 class _Int64Seeds:

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from helpers import DISTRAIN, KERAS_FAMILIES, assert_trained_in_sync, keras_env, load_model, results, run
+from helpers import DISTRAIN, KERAS_FAMILIES, assert_trained_in_sync, clean_env, keras_env, load_model, results, run
 
 MPIRUN = ["mpirun", "--allow-run-as-root", "--tag-output", "-np", "2", "-x", "PATH", "-x", "PYTHONUNBUFFERED",
           "-mca", "btl_tcp_if_include", "lo", "-mca", "oob_tcp_if_include", "lo"]
@@ -47,3 +47,19 @@ def test_custom_loop_recipe_with_distributed_tape():
     out = run(["horovodrun", "-np", "2", "--gloo", DISTRAIN, "run", "examples/custom_loop.py"])
     assert out.returncode == 0, out.stdout[-3000:]
     assert_trained_in_sync(out.stdout, workers=2)
+
+
+@pytest.mark.parametrize("launcher", ["gloo", "mpi"])
+def test_keras3_script_under_horovod_ends_identical_from_different_starts(launcher):
+    cmd = ["horovodrun", "-np", "2", "--gloo"] if launcher == "gloo" else MPIRUN
+    out = run([*cmd, DISTRAIN, "run", "examples/keras3_train.py", "--start-apart", "--epochs", "3"])
+    assert out.returncode == 0, out.stdout[-3000:]
+    found = assert_trained_in_sync(out.stdout, workers=2)
+    assert all(r["keras"].startswith("3.") for r in found)
+
+
+def test_keras3_negative_control_without_hooks_diverges():
+    out = run(["horovodrun", "-np", "2", "--gloo", DISTRAIN, "run", "examples/keras3_train.py", "--start-apart",
+               "--epochs", "1"], env=clean_env(DISTRAIN_HOOKS="0"))
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert len({r["weights"] for r in results(out.stdout)}) == 2

@@ -131,8 +131,8 @@ def test_mwm_unsets_proxies_and_says_why():
     assert detect({"http_proxy": "x"}, gpus=[]).env_unset == ()  # single mode keeps them
 
 
-def test_legacy_keras_is_the_default():
-    assert dict(detect({}, gpus=[]).env_set)["TF_USE_LEGACY_KERAS"] == "1"
+def test_legacy_keras_sets_tf_use_legacy_keras_before_tensorflow_loads():
+    assert dict(detect({"DISTRAIN_KERAS": "legacy"}, gpus=[]).env_set)["TF_USE_LEGACY_KERAS"] == "1"
     assert "TF_USE_LEGACY_KERAS" not in dict(detect({"DISTRAIN_KERAS": "keras3"}, gpus=[]).env_set)
 
 
@@ -169,4 +169,35 @@ def test_hooks_are_a_plan_decision():
     off = detect({"DISTRAIN_HOOKS": "0"}, gpus=[])
     assert off.hooks is False and off.checkpoint_dir is None
     keras3 = detect({"DISTRAIN_KERAS": "keras3"}, gpus=[])
-    assert keras3.hooks is False and any("hooks" in w for w in keras3.warnings)
+    assert keras3.hooks is True and keras3.checkpoint_dir and not keras3.warnings  # hooks for both families
+
+
+KERAS3_TF217 = {"tensorflow": "2.17.1", "keras": "3.3.2", "tf_keras": "2.17.0"}
+
+
+def test_auto_keeps_what_plain_python_would_use():
+    plan = detect({}, gpus=[], packages=KERAS3_TF217)
+    assert plan.keras == "keras3" and "TF_USE_LEGACY_KERAS" not in dict(plan.env_set)
+    assert "Keras 3.3.2" in dict(plan.reasons)["keras"]
+
+
+def test_legacy_when_the_user_or_the_script_asks_for_tf_keras(tmp_path):
+    assert detect({"TF_USE_LEGACY_KERAS": "1"}, gpus=[], packages=KERAS3_TF217).keras == "legacy"
+    for source in ("import tf_keras as keras\n", "from tf_keras import layers\n",
+                   "import os\nos.environ['TF_USE_LEGACY_KERAS'] = '1'\n",
+                   'os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")\n'):
+        script = tmp_path / "train.py"
+        script.write_text(source)
+        plan = detect({}, gpus=[], script=str(script), packages=KERAS3_TF217)
+        assert plan.keras == "legacy" and dict(plan.env_set)["TF_USE_LEGACY_KERAS"] == "1", source
+    script.write_text("import keras  # tf_keras is mentioned only in a comment\n")
+    assert detect({}, gpus=[], script=str(script), packages=KERAS3_TF217).keras == "keras3"
+
+
+def test_old_tensorflow_or_no_keras3_is_legacy_and_forcing_wins():
+    assert detect({}, gpus=[], packages={"tensorflow": "2.15.1", "keras": "2.15.0"}).keras == "legacy"
+    assert detect({"DISTRAIN_KERAS": "legacy"}, gpus=[], packages=KERAS3_TF217).keras == "legacy"
+    assert detect({"DISTRAIN_KERAS": "keras3", "TF_USE_LEGACY_KERAS": "1"}, gpus=[], packages=KERAS3_TF217).keras == \
+        "keras3"
+    with pytest.raises(ConfigError, match="unknown DISTRAIN_KERAS='keras2'"):
+        detect({"DISTRAIN_KERAS": "keras2"}, gpus=[], packages=KERAS3_TF217)
