@@ -186,6 +186,8 @@ def _parse_tf_config(raw: str) -> tuple[list[str], int]:
 
 
 def _pick_devices(mode: str, gpus: tuple[str, ...], local_rank: int, local_size: int) -> tuple[tuple[str, ...], str]:
+    """The GPUs this process drives: a node's visible GPUs are shared evenly among its tasks, a contiguous block
+    by local rank (4 GPUs, 2 tasks: local rank 1 gets 2,3; one task: all four, which MWM mirrors over)."""
     if not gpus:
         return (), "no GPU visible: CPU"
     if mode == "mirrored":
@@ -195,12 +197,21 @@ def _pick_devices(mode: str, gpus: tuple[str, ...], local_rank: int, local_size:
         return gpus[:1], f"one GPU{note}"
     if len(gpus) == 1:
         return gpus, "the one GPU this task was given"
-    if len(gpus) >= local_size:
-        return (gpus[local_rank],), f"GPU by local rank {local_rank} of {len(gpus)} visible"
-    raise ConfigError(
-        f"{local_size} tasks on this node share {len(gpus)} visible GPUs: ask for one GPU per task "
-        f"(--gpus-per-task=1, or --ntasks-per-node equal to the GPUs per node)"
-    )
+    if len(gpus) % local_size:
+        raise ConfigError(
+            f"{local_size} tasks on this node share {len(gpus)} visible GPUs, which do not split evenly: ask for one "
+            f"GPU per task (--gpus-per-task=1) or make the GPUs per node a multiple of --ntasks-per-node"
+        )
+    share = len(gpus) // local_size
+    if mode == "horovod" and share > 1:
+        raise ConfigError(
+            f"Horovod drives one GPU per process but {len(gpus)} GPUs are visible to {local_size} task(s) on this "
+            "node: run one task per GPU (--ntasks-per-node equal to the GPUs, or --gpus-per-task=1)"
+        )
+    block = gpus[local_rank * share:(local_rank + 1) * share]
+    if share == 1:
+        return block, f"GPU by local rank {local_rank} of {len(gpus)} visible"
+    return block, f"{share} of the node's {len(gpus)} GPUs, by local rank {local_rank}; MWM mirrors over them"
 
 
 def _checkpoint_dir(env: Mapping[str, str], script: str | None) -> tuple[WorkDir | None, str]:

@@ -64,12 +64,17 @@ distrain_preflight() {
   (umask 077 && mkdir -p "$DISTRAIN_OUTPUT_DIR") 2>/dev/null && [ -w "$DISTRAIN_OUTPUT_DIR" ] \
     || distrain_die "output directory $DISTRAIN_OUTPUT_DIR is not writable: set DISTRAIN_OUTPUT_DIR"
   if [ "$mode" = mwm ] || [ "$mode" = horovod ]; then
-    # one GPU per task: with --gres=gpu:G the tasks per node must equal G (with --gpus-per-task=1 Slurm does it)
+    # --gres=gpu:G shares a node's G GPUs among its tasks: Horovod needs one task per GPU; MWM takes G/tasks
+    # each (one task per node mirrors over all of them). --gpus-per-task=1 gives each task its own.
     local tasks gpus
     tasks=${SLURM_NTASKS_PER_NODE:-${SLURM_TASKS_PER_NODE%%(*}}
     gpus=${SLURM_GPUS_ON_NODE:-0}
-    if [ -z "${SLURM_GPUS_PER_TASK:-}" ] && [ "$gpus" -gt 0 ] && [ -n "$tasks" ] && [ "$tasks" != "$gpus" ]; then
-      distrain_die "$tasks tasks per node but $gpus GPUs per node: make --ntasks-per-node equal to the GPUs per node, or use --gpus-per-task=1"
+    if [ -z "${SLURM_GPUS_PER_TASK:-}" ] && [ "$gpus" -gt 0 ] && [ -n "$tasks" ]; then
+      if [ "$mode" = horovod ] && [ "$tasks" != "$gpus" ]; then
+        distrain_die "$tasks tasks per node but $gpus GPUs per node: Horovod runs one task per GPU: make --ntasks-per-node equal to the GPUs per node, or use --gpus-per-task=1"
+      elif [ $((gpus % tasks)) != 0 ]; then
+        distrain_die "$tasks tasks per node but $gpus GPUs per node: the GPUs must split evenly among the tasks: make the GPUs per node a multiple of --ntasks-per-node, or use --gpus-per-task=1"
+      fi
     fi
   fi
   if [ "$mode" = single ] && [ "${SLURM_GPUS_ON_NODE:-0}" -gt 1 ] && [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then

@@ -5,7 +5,7 @@
 # filesystem. The project's Dockerfile / Apptainer.def are then built unchanged with BASE_IMAGE pointing at it.
 #
 # Usage: scripts/build-test-base.sh ROOTFS_TAR          (writes a tarball for `docker import`; reused if present)
-# Env:   TF_VERSION (2.17.1)  DEBIAN_MIRROR (from apt's sources)  VENV (.venv: whose pip/python do the install)
+# Env:   TF_VERSION (2.17.1)  KERAS_VERSION (3.3.2: NGC 25.02's)  DEBIAN_MIRROR (from apt's sources)  VENV (.venv: whose pip/python do the install)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=$1
@@ -29,7 +29,7 @@ PY=$("$VENV/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 echo "build-test-base.sh: installing tensorflow-cpu $TF_VERSION and friends into the image's site-packages"
 pipi() { "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-compile --target "$SITE" "$@" 2>&1 \
            | grep -v "is ignored: it is neither" || true; }
-pipi "tensorflow-cpu==$TF_VERSION" typer spython cloudpickle psutil pyyaml packaging scikit-learn
+pipi "tensorflow-cpu==$TF_VERSION" "keras==${KERAS_VERSION:-3.3.2}" typer spython cloudpickle psutil pyyaml packaging scikit-learn
 pipi --no-deps "tf-keras==${TF_VERSION%.*}.0" "$WHEEL"
 "$VENV/bin/python" - "$SITE" <<'PYEOF'
 import importlib.metadata as m, sys

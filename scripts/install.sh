@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # install.sh - set up everything distrain's tests need on Debian 12, idempotently (run as root):
-#   apt packages (Slurm + munge, Open MPI, build tools, container tooling), a virtualenv .venv with CPU
-#   TensorFlow 2.17.1 + tf-keras + distrain + test tools, and Horovod 0.28.1 built against that TensorFlow
-#   (cached per TensorFlow version, so a second install takes seconds).
-# Env: DISTRAIN_VENV (.venv)  TF_VERSION (2.17.1)  INSTALL_CONTAINERS (1: docker.io, apptainer, debootstrap)
+#   apt packages (Slurm + munge, Open MPI, build tools, container tooling), and two virtualenvs, each with CPU
+#   TensorFlow, tf-keras, Keras 3, distrain, the test tools and Horovod 0.28.1 built against that TensorFlow
+#   (cached per TensorFlow version, so a second install takes seconds):
+#     .venv           TensorFlow 2.17.1 + Keras 3.3.2 + tf-keras 2.17: what NGC's 25.02 TF2 image carries
+#     .venv-tf221     TensorFlow 2.21.0 + Keras 3.15.1 + tf-keras 2.21: the newest line
+# Env: DISTRAIN_VENV (.venv)  TF_VERSION (2.17.1)  KERAS_VERSION (3.3.2)  INSTALL_CONTAINERS (1: docker.io,
+#      apptainer, debootstrap)  NEWEST_VENV (.venv-tf221; empty: skip the second line)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${DISTRAIN_VENV:-.venv}
@@ -27,21 +30,26 @@ if [ "$INSTALL_CONTAINERS" = 1 ]; then
   scripts/setup-apptainer.sh
 fi
 
-# ---- virtualenv --------------------------------------------------------------------------------------------
-PY=python3
-[ -x "$VENV/bin/python" ] || { say "creating $VENV"; "$PY" -m venv "$VENV"; }
-pip() { "$VENV/bin/python" -m pip -q --disable-pip-version-check "$@" 2>&1 | grep -v "is ignored: it is neither" || true; }
-have() { "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('$1') != '$2')" 2>/dev/null; }
-if ! have tensorflow-cpu "$TF_VERSION"; then say "installing tensorflow-cpu $TF_VERSION"; pip install "tensorflow-cpu==$TF_VERSION"; fi
-# tf-keras must match TensorFlow; --no-deps, or it pulls the full `tensorflow` package over tensorflow-cpu
-TFK=$(echo "$TF_VERSION" | awk -F. '{print $1"."$2".0"}')
-have tf-keras "$TFK" || pip install --no-deps "tf-keras==$TFK"
-if ! "$VENV/bin/python" -c "import importlib.metadata as m, entrypoint, typer, spython, pytest, sklearn; m.version('distrain')" 2>/dev/null; then
-  say "installing distrain (editable) and test tools"; pip install -e ".[test]"
-fi
-have tensorflow-cpu "$TF_VERSION" || { echo "install.sh: tensorflow-cpu $TF_VERSION got replaced" >&2; exit 1; }
-
-# ---- Horovod -----------------------------------------------------------------------------------------------
-TF_USE_LEGACY_KERAS=1 scripts/build-horovod.sh "$VENV/bin/python" 2>&1 | grep -v "is ignored: it is neither\|cpu_feature_guard\|To enable the following\|oneDNN custom" || true
-"$VENV/bin/python" -c "import horovod.tensorflow" 2>/dev/null || { echo "install.sh: Horovod failed to install" >&2; exit 1; }
-say "ready: $VENV (tensorflow-cpu $TF_VERSION, tf-keras $TFK, horovod)"
+# ---- virtualenvs: one per TensorFlow line -------------------------------------------------------------------
+setup_venv() {  # VENV TF_VERSION KERAS_VERSION
+  local venv=$1 tf=$2 keras=$3 tfk
+  pip() { "$venv/bin/python" -m pip -q --disable-pip-version-check "$@" 2>&1 | grep -v "is ignored: it is neither" || true; }
+  have() { "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('$1') != '$2')" 2>/dev/null; }
+  [ -x "$venv/bin/python" ] || { say "creating $venv"; python3 -m venv "$venv"; }
+  if ! have tensorflow-cpu "$tf"; then say "installing tensorflow-cpu $tf into $venv"; pip install "tensorflow-cpu==$tf"; fi
+  # Keras 3 pinned to the version proven with distrain's fixes (compat/keras3_mwm.py)
+  have keras "$keras" || pip install "keras==$keras"
+  # tf-keras must match TensorFlow; --no-deps, or it pulls the full `tensorflow` package over tensorflow-cpu
+  tfk=$(echo "$tf" | awk -F. '{print $1"."$2".0"}')
+  have tf-keras "$tfk" || pip install --no-deps "tf-keras==$tfk"
+  if ! "$venv/bin/python" -c "import importlib.metadata as m, entrypoint, typer, spython, pytest, sklearn; m.version('distrain')" 2>/dev/null; then
+    say "installing distrain (editable) and test tools into $venv"; pip install -e ".[test]"
+  fi
+  have tensorflow-cpu "$tf" || { echo "install.sh: tensorflow-cpu $tf got replaced in $venv" >&2; exit 1; }
+  TF_USE_LEGACY_KERAS=1 scripts/build-horovod.sh "$venv/bin/python" 2>&1 | grep -v "is ignored: it is neither\|cpu_feature_guard\|To enable the following\|oneDNN custom\|absl::InitializeLog\|^I0000" || true
+  "$venv/bin/python" -c "import horovod.tensorflow" 2>/dev/null || { echo "install.sh: Horovod failed to install into $venv" >&2; exit 1; }
+  say "ready: $venv (tensorflow-cpu $tf, keras $keras, tf-keras $tfk, horovod)"
+}
+setup_venv "$VENV" "$TF_VERSION" "${KERAS_VERSION:-3.3.2}"
+NEWEST_VENV=${NEWEST_VENV-.venv-tf221}
+[ -z "$NEWEST_VENV" ] || setup_venv "$NEWEST_VENV" 2.21.0 3.15.1

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test.sh - the project's test command (README, .ci/run): set up (idempotent), lint, then every test suite:
-# unit, integration (real multi-process TensorFlow), horovod, slurm (a real local Slurm), container, bench.
-# Extra arguments go to pytest (e.g. scripts/test.sh -m unit).
+# unit, integration (real multi-process TensorFlow), horovod, slurm (a real local Slurm), container, bench, on
+# TensorFlow 2.17 (.venv); then the `core` tests on TensorFlow 2.21 (.venv-tf221).
+# Extra arguments go to pytest (e.g. scripts/test.sh -m unit) and skip the second line.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 scripts/install.sh || exit 1
@@ -10,4 +11,13 @@ VENV=${DISTRAIN_VENV:-.venv}
 "$VENV/bin/python" -m pytest "$@"
 rc=$?
 if [ "$rc" = 5 ]; then echo "test.sh: pytest collected no tests: failing" >&2; exit 1; fi
+# The core of the suite (marker `core`) again on the newest TensorFlow line, in a full run.
+NEWEST_VENV=${NEWEST_VENV-.venv-tf221}
+if [ $# -eq 0 ] && [ -n "$NEWEST_VENV" ]; then
+  echo "test.sh: the core tests again on $("$NEWEST_VENV/bin/python" -c 'import tensorflow as t, keras as k; print(f"TensorFlow {t.__version__}, Keras {k.__version__}")' 2>/dev/null)"
+  "$NEWEST_VENV/bin/python" -m pytest -m core -p no:cacheprovider
+  newest=$?
+  if [ "$newest" = 5 ]; then echo "test.sh: no core tests collected: failing" >&2; exit 1; fi
+  [ "$rc" = 0 ] && rc=$newest
+fi
 exit "$rc"

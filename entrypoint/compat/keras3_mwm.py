@@ -24,6 +24,10 @@ raises, so the run is refused at start-up with one line rather than failing late
 5. The TensorFlow backend creates every variable without the `aggregation` Keras declares (fixed in later 3.x,
    which pass it on): metric states ("sum" aggregation) stay per worker, so `fit` logs and `evaluate` returns
    each worker's own share. Their states are summed across workers just before the results are read.
+6. The loss is averaged with a plain division by the batch size: a replica handed an empty batch (the last global
+   batch smaller than the replicas) computes 0/0 = NaN, which the loss tracker keeps (NaN x weight 0), so the
+   logged loss reads `nan` (tensorflow/tensorflow#36224). Later Keras 3 divides with `divide_no_nan`; so does
+   this fix.
 """
 
 from __future__ import annotations
@@ -90,6 +94,10 @@ def apply(tf: Any) -> list[str]:
     if "aggregation" not in _source(core.Variable._initialize) and results is not None:
         trainer.TensorFlowTrainer._get_metrics_result_or_logs = _sum_metric_states(results, multi_worker, tf)
         applied.append("metric states summed across workers (variables created without aggregation)")
+    losses = importlib.import_module("keras.src.losses.loss")
+    if hasattr(losses, "reduce_values") and "divide_no_nan" not in _source(losses.reduce_values):
+        losses.reduce_values = _mean_no_nan(losses.reduce_values)
+        applied.append("empty-batch losses are 0, not NaN (tf#36224)")
     if _UINT32_STATE.search(_source(seeds.SeedGenerator.__init__)):
         seeds.SeedGenerator.__init__ = _int64_seed_state(seeds.SeedGenerator.__init__)
         applied.append("int64 SeedGenerator state (keras#19928)")
@@ -173,6 +181,20 @@ def _all_sum(strategy: Any, tf: Any) -> Any:
         return [strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None) for value in local]
 
     return all_sum
+
+
+def _mean_no_nan(original: Any) -> Any:
+    from keras import ops
+
+    @functools.wraps(original)
+    def reduce_values(values: Any, *args: Any, **kwargs: Any) -> Any:
+        reduction = kwargs.get("reduction", args[-1] if args else "sum_over_batch_size")
+        if reduction != "sum_over_batch_size" or tuple(values.shape) in ((), (0,)):
+            return original(values, *args, **kwargs)
+        count = ops.cast(ops.prod(ops.convert_to_tensor(ops.shape(values), dtype="int32")), values.dtype)
+        return ops.divide_no_nan(ops.sum(values), count)
+
+    return reduce_values
 
 
 class _Int64Seeds:

@@ -10,6 +10,7 @@ MPIRUN = ["mpirun", "--allow-run-as-root", "--tag-output", "-np", "2", "-x", "PA
           "-mca", "btl_tcp_if_include", "lo", "-mca", "oob_tcp_if_include", "lo"]
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("family", KERAS_FAMILIES)
 @pytest.mark.parametrize("launcher", ["gloo", "mpi"])
 def test_horovod_averages_ranks_that_start_apart(launcher, family, tmp_path):
@@ -49,6 +50,7 @@ def test_custom_loop_recipe_with_distributed_tape():
     assert_trained_in_sync(out.stdout, workers=2)
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("launcher", ["gloo", "mpi"])
 def test_keras3_script_under_horovod_ends_identical_from_different_starts(launcher):
     cmd = ["horovodrun", "-np", "2", "--gloo"] if launcher == "gloo" else MPIRUN

@@ -14,6 +14,7 @@ from helpers import DISTRAIN, assert_trained_in_sync, clean_env, results, run
 SCRIPT = "examples/keras3_train.py"
 
 
+@pytest.mark.core
 def test_keras3_script_runs_on_keras3_by_default(tmp_path):
     out = run([DISTRAIN, "run", SCRIPT, "--epochs", "2", "--save", str(tmp_path / "m.keras")])
     # (saved models are loaded back in test_single_and_mwm: Keras 3.3's Lambda layers do not deserialize)
@@ -25,6 +26,7 @@ def test_keras3_script_runs_on_keras3_by_default(tmp_path):
     assert os.listdir(tmp_path) == ["m.keras"]
 
 
+@pytest.mark.core
 def test_keras3_under_mwm_trains_in_sync_from_different_starts(tmp_path):
     out = run([DISTRAIN, "launch", "-n", "2", SCRIPT, "--start-apart", "--save", str(tmp_path / "m.keras")])
     assert out.returncode == 0, out.stdout[-3000:]
@@ -37,6 +39,7 @@ def test_keras3_under_mwm_trains_in_sync_from_different_starts(tmp_path):
     assert len({r["weights"] for r in results(control.stdout)}) == 2, "negative control did not diverge"
 
 
+@pytest.mark.core
 def test_a_tf_keras_script_stays_on_tf_keras(tmp_path):
     script = tmp_path / "legacy.py"
     script.write_text("import tf_keras as keras\nprint('RESULT family=' + keras.Model.__module__.split('.')[0])\n")

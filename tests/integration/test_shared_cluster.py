@@ -100,6 +100,7 @@ def start_tf_config_pair(script_args, **env):
     return workers, procs
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("victim", [1, 0])
 def test_a_lost_peer_under_a_bare_tf_config_is_named_with_exit_4(victim):
     workers, procs = start_tf_config_pair(["examples/train.py", "--epochs", "500"])
@@ -167,6 +168,7 @@ def test_a_lost_peer_under_horovodrun_is_named_by_the_survivor():
     assert not [line for line in survivor if "Traceback" in line]
 
 
+@pytest.mark.core
 def test_the_job_log_has_no_cpp_chatter_unless_asked_for():
     quiet = run([DISTRAIN, "launch", "-n", "2", "examples/train.py", "--epochs", "2"])
     assert quiet.returncode == 0, quiet.stdout[-3000:]

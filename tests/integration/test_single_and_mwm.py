@@ -22,6 +22,7 @@ from helpers import (
 )
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("family", KERAS_FAMILIES)
 def test_single_trains_the_unmodified_script_and_saves_once(tmp_path, family):
     model = tmp_path / "digits.keras"
@@ -39,6 +40,7 @@ def test_python_dash_m_entrypoint_is_the_same_command(tmp_path):
     assert results(out.stdout)[0]["epochs"] == "1"
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("family", KERAS_FAMILIES)
 def test_mwm_two_workers_train_in_sync(tmp_path, family):
     model = tmp_path / "digits.keras"
@@ -51,6 +53,7 @@ def test_mwm_two_workers_train_in_sync(tmp_path, family):
     load_model(model, family)
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("family", KERAS_FAMILIES)
 def test_mwm_synchronises_ranks_that_start_apart(tmp_path, family):
     """Different seeds and data per rank; identical weights at the end. Without the hooks: different."""

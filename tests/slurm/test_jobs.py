@@ -111,13 +111,24 @@ def test_missing_image_fails_in_seconds_with_the_reason_in_the_log(slurm, tmp_pa
     assert time.monotonic() - started < 30
 
 
-def test_gpus_per_node_must_match_tasks_per_node(slurm, tmp_path):
-    # a user edits the header to --gres=gpu:4 (instead of --gpus-per-task=1) but keeps 2 tasks per node
+def test_gpus_per_node_must_split_evenly_among_tasks(slurm, tmp_path):
+    # a user edits the header to --gres=gpu:3 (instead of --gpus-per-task=1) but keeps 2 tasks per node
     edited = tmp_path / "mwm.job"
-    edited.write_text((ROOT / "jobs" / "mwm.job").read_text().replace("--gpus-per-task=1", "--gres=gpu:4"))
+    edited.write_text((ROOT / "jobs" / "mwm.job").read_text().replace("--gpus-per-task=1", "--gres=gpu:3"))
     job = submit(slurm, tmp_path, "mwm", [*SMALL, "--nodes=1", "--ntasks-per-node=2"], script=edited)
     assert job.code == 2, job
-    assert "2 tasks per node but 4 GPUs per node" in job.log
+    assert "2 tasks per node but 3 GPUs per node: the GPUs must split evenly" in job.log
+
+
+def test_one_mwm_task_per_node_takes_all_its_gpus(slurm, tmp_path):
+    """TensorFlow's own multi-worker layout: each worker mirrors over its node's GPUs."""
+    edited = tmp_path / "mwm.job"
+    edited.write_text((ROOT / "jobs" / "mwm.job").read_text().replace("--gpus-per-task=1", "--gres=gpu:4"))
+    job = submit(slurm, tmp_path, "mwm", [*SMALL, "--nodes=2", "--ntasks-per-node=1"], ["--epochs", "2"],
+                 script=edited)
+    assert job.code == 0, job
+    assert ranks_and_devices(job.log) == {0: "GPU 0,1,2,3", 1: "GPU 0,1,2,3"}
+    assert_trained_in_sync(job.log, workers=2)
 
 
 def test_sigterm_checkpoints_requeues_and_resumes(slurm, tmp_path):

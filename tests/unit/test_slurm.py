@@ -127,7 +127,7 @@ def test_mwm_matrix(nodes, tasks, ntasks, rank, node, local, gpus, device):
 
 def test_too_few_gpus_for_the_tasks_on_a_node():
     env = step_env("n1", "4", 0, 0, 0, 4, DISTRAIN_MODE="mwm")
-    with pytest.raises(ConfigError, match="4 tasks on this node share 2 visible GPUs"):
+    with pytest.raises(ConfigError, match="4 tasks on this node share 2 visible GPUs, which do not split evenly"):
         detect(env, gpus=["0", "1"])
 
 
@@ -135,3 +135,25 @@ def test_a_requeued_run_gets_other_ports():
     first = read_step(step_env("n1", "2", 0, 0, 0, 2))
     again = read_step(step_env("n1", "2", 0, 0, 0, 2, SLURM_RESTART_COUNT="1"))
     assert port_base(first, 2, None) != port_base(again, 2, None)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "tasks", "ntasks", "rank", "node", "local", "gpus", "devices"),
+    [
+        ("n[1-2]", "1(x2)", 2, 1, 1, 0, ["0", "1", "2", "3"], ("0", "1", "2", "3")),  # one task per node: all GPUs
+        ("n1", "2", 2, 1, 0, 1, ["0", "1", "2", "3"], ("2", "3")),                      # 4 GPUs, 2 tasks: a block each
+        ("n1", "2", 2, 0, 0, 0, ["4", "5", "6", "7"], ("4", "5")),                      # Slurm's ids, not positions
+        ("n1", "4", 4, 3, 0, 3, ["0", "1", "2", "3"], ("3",)),                          # one each
+    ],
+)
+def test_a_nodes_gpus_are_shared_evenly_among_its_tasks(nodes, tasks, ntasks, rank, node, local, gpus, devices):
+    plan = detect(step_env(nodes, tasks, rank, node, local, ntasks, DISTRAIN_MODE="mwm"), gpus=gpus)
+    assert plan.devices == devices and dict(plan.env_set)["CUDA_VISIBLE_DEVICES"] == ",".join(devices)
+
+
+def test_an_uneven_gpu_split_or_several_gpus_per_horovod_process_is_refused():
+    with pytest.raises(ConfigError, match="3 tasks on this node share 4 visible GPUs, which do not split evenly"):
+        detect(step_env("n1", "3", 0, 0, 0, 3, DISTRAIN_MODE="mwm"), gpus=["0", "1", "2", "3"])
+    env = step_env("n1", "2", 0, 0, 0, 2, DISTRAIN_MODE="horovod", PMIX_RANK="0")
+    with pytest.raises(ConfigError, match="Horovod drives one GPU per process"):
+        detect(env, gpus=["0", "1", "2", "3"])
