@@ -7,6 +7,8 @@
 # reason. This could not be verified from the build machine (no nvcr.io access): `distrain doctor` (run by the
 # Apptainer %test and below) prints what the base really holds. Tests build this file unchanged on a local
 # CPU base image (scripts/build-test-base.sh).
+# Keras: the base's own Keras 3 is kept (NGC 25.02: 3.3.2 next to tf_keras 2.17.0). distrain's Keras 3 fixes
+# (entrypoint/compat) are proven with 3.3.2 and 3.15.1, and a Keras it does not know is refused at start-up.
 ARG BASE_IMAGE=nvcr.io/nvidia/tensorflow:25.02-tf2-py3
 FROM ${BASE_IMAGE}
 

@@ -1,7 +1,7 @@
 """Safe saves, backup-and-restore, and stopping cleanly on a signal.
 
-- `save_model`: atomic (temp path beside the target, then rename), chief-only where it matters. In MWM saving is
-  collective, so non-chief workers save too, into a private temp dir that is removed.
+- `save_model`: atomic (temp path beside the target, then rename), chief-only. In MWM reading ON_READ variables
+  is collective, so the chief reads them locally (compat/adopt.local_reads): a chief-only save completes.
 - `Backup`: Keras' BackupAndRestore (it already gives MWM's chief/worker dirs and mid-epoch resume), plus a
   fallback to the previous checkpoint when the newest is corrupt, and Horovod's "rank 0 writes" rule.
 - `StopOnSignal`: SIGTERM/SIGUSR1 set a flag; ranks agree on it with one small all-reduce every few steps so all
@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -79,20 +80,16 @@ def save_model(plan: Plan, model: Any, path: str | os.PathLike, save: Callable[.
                **kwargs: Any) -> None:
     """Save so that only the chief's complete copy ever appears at `path`."""
     path = os.fspath(path)
-    if plan.mode == "horovod" and not plan.is_chief:
-        return  # Horovod variables are plain per-process copies: no collective, nothing to write
     if not plan.is_chief:
-        private = tempfile.mkdtemp(prefix=f"distrain-save-rank{plan.rank}-")
-        try:  # MWM: every worker must take part in the save; only the chief's copy is kept
-            save(model, os.path.join(private, os.path.basename(path.rstrip("/")) or "model"), *args, **kwargs)
-        finally:
-            shutil.rmtree(private, ignore_errors=True)
+        # Horovod: plain per-process copies. MWM: the chief saves with local reads (compat/adopt.local_reads), so
+        # nothing collective is left for the others to join, and a chief-only save in the script completes too.
         return
     parent = os.path.dirname(os.path.abspath(path))
     check_writable(parent, "the model's directory")
     tmp = _temp_sibling(path, "tmp")
     try:
-        save(model, tmp, *args, **kwargs)
+        with _local_reads(plan):
+            save(model, tmp, *args, **kwargs)
         replace_atomically(tmp, path)
     except OSError as exc:
         _remove(tmp)
@@ -104,6 +101,17 @@ def save_model(plan: Plan, model: Any, path: str | os.PathLike, save: Callable[.
         _remove(tmp)
         raise
     log().info(f"saved model to {path}")
+
+
+def _local_reads(plan: Plan) -> Any:
+    """Under MWM, read ON_READ variables locally while saving (see compat/adopt.local_reads)."""
+    if plan.mode != "mwm" or plan.size < 2:
+        return contextlib.nullcontext()
+    import tensorflow as tf
+
+    from .compat.adopt import local_reads
+
+    return local_reads(tf)
 
 
 def make_backup_callback(plan: Plan, keras: Any) -> Any:
@@ -210,19 +218,14 @@ def _keras3_backup(plan: Plan, keras: Any) -> Any:
 
         def _save(self, epochs_done: int) -> None:
             if not plan.is_chief:
-                if plan.mode == "mwm":  # reading ON_READ variables (metrics) is collective: take part, keep nothing
-                    private = tempfile.mkdtemp(prefix=f"distrain-backup-rank{plan.rank}-")
-                    try:
-                        self.model.save_weights(os.path.join(private, "discard.weights.h5"))
-                    finally:
-                        shutil.rmtree(private, ignore_errors=True)
-                return
+                return  # the chief reads locally: nothing collective for the others to join
             os.makedirs(chief_dir, mode=0o700, exist_ok=True)
             newest = newest_checkpoint(chief_dir)
             number = int(newest.rsplit("-", 1)[1]) + 1 if newest else 1
             prefix = os.path.join(chief_dir, f"ckpt-{number}")
             tmp = os.path.join(chief_dir, f".tmp-{os.getpid()}.weights.h5")
-            self.model.save_weights(tmp)
+            with _local_reads(plan):
+                self.model.save_weights(tmp)
             os.replace(tmp, prefix + ".weights.h5")
             with open(prefix + ".json.tmp", "w") as handle:
                 json.dump({"epochs_done": epochs_done}, handle)

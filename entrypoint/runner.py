@@ -17,6 +17,7 @@ import threading
 from typing import Any
 
 from . import checkpoint, sync
+from .compat import adopt
 from .engines import Engine
 from .errors import ConfigError
 from .log import get as log
@@ -69,8 +70,8 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
         bound = fit_sig.bind(self, *args, **kwargs)
         args_ = bound.arguments
         user = list(args_.get("callbacks") or [])
-        before, after = _horovod_callbacks(engine, keras), []
-        if engine.size > 1 and (engine.hvd is not None or plan.keras == "keras3"):
+        before, after = _horovod_callbacks(engine, keras, user), []
+        if engine.size > 1:
             before.append(sync.make_callback(keras, tf, engine))  # identical BN statistics on every rank
         backup = None
         if plan.checkpoint_dir and not any(isinstance(c, keras.callbacks.BackupAndRestore) for c in user):
@@ -103,8 +104,9 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
 
 
 def _horovod_optimizer(engine: Engine, plan: Any, optimizer: Any) -> Any:
-    """The optimizer with its gradients averaged across Horovod ranks (once, however often compile is called)."""
-    if getattr(optimizer, "_distrain_wrapped", False):
+    """The optimizer with its gradients averaged across Horovod ranks (once, however often compile is called, and
+    not again when the script wrapped it in hvd.DistributedOptimizer itself)."""
+    if getattr(optimizer, "_distrain_wrapped", False) or adopt.is_horovod_optimizer(optimizer):
         return optimizer
     if plan.keras == "keras3":
         from .compat import keras3_horovod
@@ -119,15 +121,19 @@ def _horovod_optimizer(engine: Engine, plan: Any, optimizer: Any) -> Any:
     return optimizer
 
 
-def _horovod_callbacks(engine: Engine, keras: Any) -> list:
-    """Rank 0's variables broadcast before the first step, metrics averaged per epoch (nothing outside Horovod)."""
+def _horovod_callbacks(engine: Engine, keras: Any, user: list) -> list:
+    """Rank 0's variables broadcast before the first step, metrics averaged per epoch (nothing outside Horovod;
+    nothing the script already added itself)."""
     if engine.hvd is None:
         return []
     if engine.plan.keras == "keras3":
         from .compat import keras3_horovod
 
         return keras3_horovod.callbacks(keras, engine.hvd)
-    return [engine.hvd.callbacks.BroadcastGlobalVariablesCallback(0), engine.hvd.callbacks.MetricAverageCallback()]
+    return [make() for name, make in (
+        ("BroadcastGlobalVariablesCallback", lambda: engine.hvd.callbacks.BroadcastGlobalVariablesCallback(0)),
+        ("MetricAverageCallback", engine.hvd.callbacks.MetricAverageCallback),
+    ) if not adopt.has_horovod_callback(user, name)]
 
 
 def run_script(script: str, argv: list[str], engine: Engine | None) -> None:
@@ -136,6 +142,7 @@ def run_script(script: str, argv: list[str], engine: Engine | None) -> None:
 
     if engine is not None and engine.plan.hooks:
         install_hooks(engine, STATE.keras, STATE.tf)
+        adopt.install_strategy_adoption(engine, engine.plan, STATE.tf)
         checkpoint.FLAG.install()
     elif engine is not None and engine.strategy is not None:
         STATE.tf.distribute.experimental_set_strategy(None)

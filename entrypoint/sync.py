@@ -1,11 +1,12 @@
 """Keep the ranks' non-trainable state identical: BatchNormalization's moving statistics and the like.
 
 Gradients are averaged, so trainable weights stay identical; non-trainable state is updated by each rank from its
-own batches. tf_keras under MWM creates it ON_READ with MEAN aggregation, so reading it averages across workers.
-Keras 3's TensorFlow variables do not (3.3.x ignores `aggregation`, later 3.x default to "none"), and Horovod never
-did: each rank keeps, and the chief saves, its own moving mean. This callback averages the floating-point
-non-trainable variables across ranks at every epoch end and at the end of training, before the checkpoint and
-user callbacks that read them, so every rank ends with the same model.
+own batches. tf_keras under MWM creates it ON_READ with MEAN aggregation, so reading it averages across workers,
+but with a collective that a chief-only save never completes (compat/adopt.local_reads reads it locally, so the
+local copies must be equal). Keras 3's TensorFlow variables do not aggregate (3.3.x ignores `aggregation`, later
+3.x default to "none"), and Horovod never did: each rank keeps, and the chief saves, its own moving mean. This
+callback averages the floating-point non-trainable variables across ranks at every epoch end and at the end of
+training, before the checkpoint and user callbacks that read them, so every rank ends with the same model.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ def make_callback(keras: Any, tf: Any, engine: Any) -> Any:
         out = []
         for variable in model.non_trainable_variables:
             inner = variable if isinstance(variable, tf.Variable) else getattr(variable, "value", variable)
-            if inner.dtype.is_floating and getattr(inner, "aggregation", None) != tf.VariableAggregation.MEAN:
+            if inner.dtype.is_floating:
                 out.append(inner)
         return out
 
