@@ -1,4 +1,4 @@
-"""Each test folder is a marker: unit, integration, horovod, slurm, container, bench."""
+"""Each test folder is a marker: unit, integration, horovod, slurm, container, bench, compat."""
 
 import os
 import subprocess
@@ -8,7 +8,7 @@ import pytest
 
 from helpers import ROOT
 
-FOLDER_MARKERS = {"unit", "integration", "horovod", "slurm", "container", "bench"}
+FOLDER_MARKERS = {"unit", "integration", "horovod", "slurm", "container", "bench", "compat"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
