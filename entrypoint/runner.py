@@ -106,7 +106,10 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
 def _horovod_optimizer(engine: Engine, plan: Any, optimizer: Any) -> Any:
     """The optimizer with its gradients averaged across Horovod ranks (once, however often compile is called, and
     not again when the script wrapped it in hvd.DistributedOptimizer itself)."""
-    if getattr(optimizer, "_distrain_wrapped", False) or adopt.is_horovod_optimizer(optimizer):
+    if getattr(optimizer, "_distrain_wrapped", False):
+        return optimizer
+    if adopt.is_horovod_optimizer(optimizer):  # the script's own: keep it, but saved so it loads without Horovod
+        type(optimizer).__module__ = type(optimizer).__mro__[1].__module__
         return optimizer
     if plan.keras == "keras3":
         from .compat import keras3_horovod

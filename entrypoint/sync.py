@@ -26,9 +26,11 @@ def make_callback(keras: Any, tf: Any, engine: Any) -> Any:
         return out
 
     if engine.hvd is not None:
+        import horovod.tensorflow as hvd  # its Keras module (tf_keras runs) has no grouped_allreduce
+
         def average(variables: list) -> None:
-            values = engine.hvd.grouped_allreduce([tf.identity(v) for v in variables], op=engine.hvd.Average,
-                                                  name="distrain_state")
+            values = hvd.grouped_allreduce([tf.identity(v) for v in variables], op=hvd.Average,
+                                           name="distrain_state")
             for variable, value in zip(variables, values):
                 variable.assign(value)
     else:

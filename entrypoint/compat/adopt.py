@@ -37,9 +37,10 @@ _RESOLVERS = ("SlurmClusterResolver", "TFConfigClusterResolver")
 
 
 def _adopting(original: type, make: Any) -> type:
-    """A stand-in for `original` whose call returns make(...), and which `isinstance` treats as `original`."""
+    """A stand-in for `original` whose call returns make(...), and which `isinstance`/`issubclass` treat as
+    `original`. Not a subclass of it: an ABC walks its subclasses in issubclass, and would recurse into ours."""
 
-    class Adopting(type(original)):
+    class Adopting(type):
         def __call__(cls, *args: Any, **kwargs: Any) -> Any:
             return make(*args, **kwargs)
 
@@ -49,9 +50,11 @@ def _adopting(original: type, make: Any) -> type:
         def __subclasscheck__(cls, sub: type) -> bool:
             return issubclass(sub, original)
 
-    stand_in = Adopting(original.__name__, (original,), {"__module__": original.__module__,
-                                                          "__doc__": original.__doc__, "_distrain_adopts": original})
-    return stand_in
+        def __getattr__(cls, name: str) -> Any:  # class attributes and static methods of the original
+            return getattr(original, name)
+
+    return Adopting(original.__name__, (), {"__module__": original.__module__, "__doc__": original.__doc__,
+                                            "_distrain_adopts": original})
 
 
 def _module(tf: Any, dotted: str) -> Any:
@@ -67,9 +70,13 @@ def _describe(args: tuple, kwargs: dict) -> str:
 
 
 def install_strategy_adoption(engine: Any, plan: Plan, tf: Any) -> None:
-    """Make the script's own strategy and resolver constructors return distrain's (MWM and mirrored modes)."""
+    """Make the script's own strategy and resolver constructors return distrain's (MWM and mirrored modes); in
+    one process, make its Slurm/TF_CONFIG resolver describe one local worker (outside Slurm TensorFlow's raises)."""
+    if plan.mode == "horovod":
+        return  # no distrain strategy to clash with; a script's own strategy there is its business
+    _adopt_resolvers(plan, tf)
     if engine.strategy is None:
-        return  # single and Horovod: no distrain strategy to clash with; the script's own is its business
+        return
 
     def adopt(name: str, args: tuple, kwargs: dict) -> Any:
         ignored = [f"{k}" for k in kwargs if k not in ("communication_options", "cluster_resolver")] + (
@@ -91,8 +98,9 @@ def install_strategy_adoption(engine: Any, plan: Plan, tf: Any) -> None:
         if original is None or hasattr(original, "_distrain_adopts"):
             continue
         setattr(module, name, _adopting(original, lambda *a, _n=name, **k: adopt(_n, a, k)))
-    if plan.mode != "mwm":
-        return
+
+
+def _adopt_resolvers(plan: Plan, tf: Any) -> None:
     resolvers = tf.distribute.cluster_resolver
     for name in _RESOLVERS:
         original = getattr(resolvers, name, None)
@@ -104,8 +112,9 @@ def install_strategy_adoption(engine: Any, plan: Plan, tf: Any) -> None:
 def _plan_resolver(plan: Plan, tf: Any, name: str, kwargs: dict) -> Any:
     """A resolver that answers with the Plan's values (TensorFlow's SlurmClusterResolver sorts hosts as strings,
     shares ports between nodes and runs nvidia-smi; see slurm.py)."""
+    cluster = {"worker": list(plan.cluster)} if plan.cluster else {}  # {}: one local worker
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-        tf.train.ClusterSpec({"worker": list(plan.cluster)}), task_type="worker", task_id=plan.rank,
+        tf.train.ClusterSpec(cluster), task_type="worker", task_id=plan.rank,
         num_accelerators={"GPU": len(plan.devices)}, rpc_layer="grpc")
     resolver._distrain_plan = True
     if plan.is_chief:
