@@ -55,7 +55,8 @@ def apply_environment(plan: Plan) -> None:
     if plan.env_unset:
         log.get().info(f"unset {' '.join(plan.env_unset)} (gRPC would route MWM traffic through the proxy)")
     os.environ.update(dict(plan.env_set))
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if os.environ.get("DISTRAIN_VERBOSE", "0") in ("", "0"):  # DISTRAIN_VERBOSE=1: TensorFlow's own INFO lines too
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def setup(plan: Plan | None = None) -> Engine:
