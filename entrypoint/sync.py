@@ -13,17 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from .compat.keras3_horovod import tf_variables
+
 
 def make_callback(keras: Any, tf: Any, engine: Any) -> Any:
     strategy = engine.strategy
 
     def state(model: Any) -> list:
-        out = []
-        for variable in model.non_trainable_variables:
-            inner = variable if isinstance(variable, tf.Variable) else getattr(variable, "value", variable)
-            if inner.dtype.is_floating:
-                out.append(inner)
-        return out
+        return [v for v in tf_variables(model.non_trainable_variables) if v.dtype.is_floating]
 
     if engine.hvd is not None:
         import horovod.tensorflow as hvd  # its Keras module (tf_keras runs) has no grouped_allreduce

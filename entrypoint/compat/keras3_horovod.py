@@ -17,14 +17,10 @@ from typing import Any
 
 
 def tf_variables(variables: Any) -> list:
-    """Keras 3 variables wrap a tf.Variable in `.value`; Horovod needs the tf.Variable."""
+    """Keras 3 variables wrap a tf.Variable in `.value`; Horovod (and tf.distribute code) needs the tf.Variable."""
     import tensorflow as tf
 
-    out = []
-    for variable in variables:
-        inner = variable if isinstance(variable, tf.Variable) else getattr(variable, "value", variable)
-        out.append(inner)
-    return out
+    return [v if isinstance(v, tf.Variable) else getattr(v, "value", v) for v in variables]
 
 
 class TapeOverTFVariables:
