@@ -413,12 +413,6 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
         env_set["TF_CONFIG"] = new_tf_config
     if mode != "horovod" and (devices or gpus):
         env_set["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
-    if mode == "mwm" and size > 1 and "TF_ENABLE_ONEDNN_OPTS" not in env:
-        # oneDNN's fused Conv+ReLU gradient fails on an empty batch ("ReluGrad must have the same size and shape",
-        # tensorflow#60857), which MWM hands a worker when the last global batch is smaller than the workers.
-        # oneDNN only runs CPU kernels, so GPU training loses nothing.
-        env_set["TF_ENABLE_ONEDNN_OPTS"] = "0"
-        reasons["sets"] = "TF_ENABLE_ONEDNN_OPTS=0: oneDNN breaks on empty per-worker batches on CPU"
     if mode == "mwm":
         env_unset = [v for v in PROXY_VARS if env.get(v)]
         if env_unset:

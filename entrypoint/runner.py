@@ -16,7 +16,7 @@ import sys
 import threading
 from typing import Any
 
-from . import checkpoint, sync
+from . import batches, checkpoint, sync
 from .compat import adopt
 from .engines import Engine
 from .errors import ConfigError
@@ -79,6 +79,7 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
             after.append(backup)
         after.append(checkpoint.make_stop_callback(plan, keras, tf, engine, backup))
         args_["callbacks"] = before + user + after
+        _adapt_input(engine, keras, self, args_, user)
         if not plan.is_chief:
             args_["verbose"] = 0
         elif "verbose" not in args_ and not sys.stdout.isatty():
@@ -139,6 +140,24 @@ def _horovod_callbacks(engine: Engine, keras: Any, user: list) -> list:
     ) if not adopt.has_horovod_callback(user, name)]
 
 
+def _adapt_input(engine: Engine, keras: Any, model: Any, arguments: dict, user_callbacks: list) -> None:
+    """Zero-code Horovod: each rank trains on its share of every global batch (batches.py). A script written for
+    Horovod (its own DistributedOptimizer or Horovod callbacks) chose per-rank batches itself and is left alone."""
+    if engine.hvd is None or engine.size < 2:
+        return
+    optimizer = getattr(model, "optimizer", None)
+    own_optimizer = adopt.is_horovod_optimizer(optimizer) and not getattr(optimizer, "_distrain_wrapped", False)
+    if own_optimizer or any(type(c).__module__.startswith("horovod") for c in user_callbacks):
+        return
+
+    def note(line: str) -> None:
+        if engine.plan.is_chief and not getattr(_inside, "noted_input", False):
+            _inside.noted_input = True
+            log().info(f"input: {line}")
+
+    batches.adapt_fit_arguments(arguments, keras, rank=engine.rank, size=engine.size, note=note)
+
+
 def run_script(script: str, argv: list[str], engine: Engine | None) -> None:
     """Execute `script` as __main__ with sys.argv = [script, *argv], like `python script args`."""
     from .runtime import STATE
@@ -146,6 +165,12 @@ def run_script(script: str, argv: list[str], engine: Engine | None) -> None:
     if engine is not None and engine.plan.hooks:
         install_hooks(engine, STATE.keras, STATE.tf)
         adopt.install_strategy_adoption(engine, engine.plan, STATE.tf)
+        if engine.strategy is not None:
+            batches.even_out_input(engine.strategy)
+        if engine.plan.gpus_visible:
+            from .compat import script_gpu_pinning
+
+            script_gpu_pinning.install(STATE.tf, engine.local_rank)
         checkpoint.FLAG.install()
     elif engine is not None and engine.strategy is not None:
         STATE.tf.distribute.experimental_set_strategy(None)

@@ -156,12 +156,11 @@ def test_plan_is_immutable_and_serialisable():
     assert json.loads(plan.to_json())["mode"] == "single"
 
 
-def test_multi_worker_mwm_turns_off_onednn_unless_the_user_chose():
+def test_multi_worker_mwm_keeps_onednn_on():
+    """oneDNN's empty-batch failure (tensorflow#60857) is prevented by evening out the input (batches.py), so
+    multi-worker MWM no longer turns oneDNN off and pays ~40% on CPU for it."""
     config = json.dumps({"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 0}})
-    assert dict(detect({"TF_CONFIG": config}, gpus=[]).env_set)["TF_ENABLE_ONEDNN_OPTS"] == "0"
-    chosen = detect({"TF_CONFIG": config, "TF_ENABLE_ONEDNN_OPTS": "1"}, gpus=[])
-    assert "TF_ENABLE_ONEDNN_OPTS" not in dict(chosen.env_set)
-    assert "TF_ENABLE_ONEDNN_OPTS" not in dict(detect({}, gpus=[]).env_set)
+    assert "TF_ENABLE_ONEDNN_OPTS" not in dict(detect({"TF_CONFIG": config}, gpus=[]).env_set)
 
 
 def test_hooks_are_a_plan_decision():

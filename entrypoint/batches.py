@@ -1,0 +1,296 @@
+"""The input of `fit`, made to mean the same in every mode: `batch_size` is the global batch, an epoch is every
+sample once, split between the replicas, and no replica is ever handed an empty batch.
+
+- MWM (and MirroredStrategy over several GPUs) splits each global batch between the replicas, but the last
+  global batch of an epoch can be smaller than the replicas; a replica then gets an empty batch, and oneDNN's
+  fused Conv+ReLU gradient fails on it (tensorflow#60857; Keras 3 also made its loss NaN). `even_out_input`
+  makes the strategy top such a short last batch up with samples from the end of the batch before it, for `fit`
+  (numpy, `tf.data`, generators: Keras hands them all to `experimental_distribute_dataset`) and for custom loops
+  alike. The number of steps is unchanged and nothing is dropped or repeated.
+- Zero-code Horovod runs one copy of the script per rank and Horovod splits nothing: every rank would train on
+  the whole epoch. `adapt_fit_arguments` gives each rank its contiguous slice of every global batch, the
+  slicing MWM does, so the step count is the same on every rank and every sample is trained on once per epoch in
+  total. numpy input is shuffled with one seed shared by the ranks, so their slices partition each epoch's order.
+
+A script that distributes itself under Horovod (its own `hvd.DistributedOptimizer`, or a dataset it sharded with
+`dataset.shard(...)`) chose per-rank batches itself and is left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+SHUFFLE_SEED = 20_241_122  # the same on every rank: their slices must partition the same permutation
+
+ARRAY_ARGS = ("x", "y", "sample_weight")
+
+
+def batch_bounds(samples: int, batch_size: int, replicas: int) -> list[tuple[int, int]]:
+    """[start, end) of each global batch; a last batch with fewer samples than replicas takes the samples it lacks
+    from the end of the one before (when that one can spare them), so the step count stays ceil(samples/batch)."""
+    bounds = [(start, min(start + batch_size, samples)) for start in range(0, samples, batch_size)]
+    if len(bounds) > 1 and bounds[-1][1] - bounds[-1][0] < replicas:
+        (start, _), (_, end) = bounds[-2], bounds[-1]
+        if end - start >= 2 * replicas:
+            bounds[-2:] = [(start, end - replicas), (end - replicas, end)]
+    return bounds
+
+
+def share(length: Any, rank: int, size: int) -> tuple[Any, Any]:
+    """[start, end) of rank's contiguous share of `length` items (the first ranks take the extra ones last)."""
+    return length * rank // size, length * (rank + 1) // size
+
+
+def is_array_input(x: Any) -> bool:
+    """numpy arrays, tensors, lists of them or dicts of them: what Keras batches itself."""
+    import numpy as np
+
+    if isinstance(x, Mapping):
+        return bool(x) and all(is_array_input(v) for v in x.values())
+    if isinstance(x, (list, tuple)):
+        return bool(x) and all(is_array_input(v) for v in x)
+    return isinstance(x, np.ndarray) or (hasattr(x, "shape") and hasattr(x, "dtype") and not _is_dataset(x))
+
+
+def _is_dataset(x: Any) -> bool:
+    return any(cls.__name__ == "DatasetV2" and "tensorflow" in cls.__module__ for cls in type(x).__mro__)
+
+
+def _first_length(structure: Any) -> int:
+    import tensorflow as tf
+
+    return int(tf.nest.flatten(structure)[0].shape[0])
+
+
+def array_dataset(arrays: tuple, batch_size: int, shuffle: bool, replicas: int,
+                  rank: int = 0, size: int = 1) -> Any:
+    """A tf.data pipeline of global batches of `arrays` (x[, y[, sample_weight]]), reshuffled every epoch with a
+    seed shared by the ranks; with size > 1, only this rank's slice of each global batch."""
+    import tensorflow as tf
+
+    samples = _first_length(arrays)
+    bounds = batch_bounds(samples, batch_size, replicas)
+    starts, ends = zip(*[share(end - start, rank, size) for start, end in bounds])
+    offsets = [start for start, _ in bounds]
+    starts = tf.constant([o + s for o, s in zip(offsets, starts)], tf.int64)
+    ends = tf.constant([o + e for o, e in zip(offsets, ends)], tf.int64)
+    tensors = tf.nest.map_structure(tf.convert_to_tensor, arrays)
+    order = tf.data.Dataset.range(samples)
+    if shuffle:
+        order = order.shuffle(samples, seed=SHUFFLE_SEED, reshuffle_each_iteration=True)
+    order = order.batch(samples)  # one element: this epoch's order, the same on every rank
+
+    def batches(permutation: Any) -> Any:
+        spans = tf.data.Dataset.from_tensor_slices((starts, ends))
+        return spans.map(lambda start, end: permutation[start:end])
+
+    element = tensors if len(tensors) > 1 else tensors[0]
+    dataset = order.flat_map(batches).map(
+        lambda indices: tf.nest.map_structure(lambda t: tf.gather(t, indices), element),
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return dataset.apply(tf.data.experimental.assert_cardinality(len(bounds))).prefetch(tf.data.AUTOTUNE)
+
+
+def _batch_length(element: Any) -> Any:
+    import tensorflow as tf
+
+    return tf.shape(tf.nest.flatten(element)[0], out_type=tf.int64)[0]
+
+
+def even_out_last_batch(dataset: Any, replicas: int) -> Any:
+    """`dataset` with a last batch smaller than `replicas` topped up from the end of the batch before it (one batch
+    of look-ahead: a batch is passed on when the next arrives; an empty end marker flushes the last one). The
+    number of batches, and so the cardinality Keras counts steps with, does not change."""
+    import tensorflow as tf
+
+    if int(dataset.cardinality()) == tf.data.INFINITE_CARDINALITY:
+        return dataset  # no last batch
+    specs = tf.nest.flatten(dataset.element_spec)
+    if not all(isinstance(s, tf.TensorSpec) and s.shape.rank for s in specs):
+        return dataset  # ragged, sparse or scalar elements: not batches this can rebalance
+
+    def empty(spec: Any) -> Any:
+        return tf.zeros([0] + [d if d is not None else 0 for d in spec.shape[1:]], spec.dtype)
+
+    end_marker = tf.nest.pack_sequence_as(dataset.element_spec, [empty(s) for s in specs])
+    marked = dataset.map(lambda *e: (False, e[0] if len(e) == 1 else e)).concatenate(
+        tf.data.Dataset.from_tensors((True, end_marker)))
+
+    def step(state: Any, item: Any) -> Any:
+        held, have = state
+        is_end, batch = item
+        short, total = _batch_length(batch) < replicas, _batch_length(held) + _batch_length(batch)
+        top_up = tf.logical_and(tf.logical_and(have, tf.logical_not(is_end)),
+                                tf.logical_and(short, total >= 2 * replicas))
+
+        def rebalance() -> Any:
+            both = tf.nest.map_structure(lambda a, b: tf.concat([a, b], 0), held, batch)
+            cut = total - replicas
+            return (tf.nest.map_structure(lambda t: t[:cut], both), tf.nest.map_structure(lambda t: t[cut:], both))
+
+        emitted, kept = tf.cond(top_up, rebalance, lambda: (held, batch))
+        return (kept, tf.logical_not(is_end)), (have, emitted)
+
+    start = (tf.nest.map_structure(tf.zeros_like, end_marker), tf.constant(False))
+    evened = marked.scan(start, step).filter(_is_emitted).map(_emitted_batch)
+    cardinality = int(dataset.cardinality())
+    if cardinality >= 0:
+        evened = evened.apply(tf.data.experimental.assert_cardinality(cardinality))
+    return evened
+
+
+def _is_emitted(emit: Any, batch: Any) -> Any:  # noqa: ARG001 - named, not lambdas: autograph parses these
+    return emit
+
+
+def _emitted_batch(emit: Any, batch: Any) -> Any:  # noqa: ARG001
+    return batch
+
+
+def rank_slices(dataset: Any, rank: int, size: int) -> Any:
+    """Each batch of `dataset` cut down to this rank's contiguous share."""
+    import tensorflow as tf
+
+    def cut(*element: Any) -> Any:
+        element = element[0] if len(element) == 1 else element
+        start, end = share(_batch_length(element), rank, size)
+        return tf.nest.map_structure(lambda t: t[start:end], element)
+
+    return dataset.map(cut, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def is_sharded(dataset: Any) -> bool:
+    """The script sharded this dataset itself (`dataset.shard(hvd.size(), hvd.rank())`, Horovod's examples)."""
+    seen, todo = set(), [dataset]
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if type(current).__name__ == "_ShardDataset":
+            return True
+        inputs = getattr(current, "_inputs", None)
+        try:
+            todo.extend(inputs() if callable(inputs) else [])
+        except Exception:  # noqa: BLE001 - an input we cannot walk: assume unsharded
+            continue
+    return False
+
+
+def rank_share_of_sequence(keras: Any, sequence: Any, rank: int, size: int) -> Any:
+    """A PyDataset / Sequence whose batch i is this rank's slice of the original's batch i."""
+    import numpy as np
+
+    base = getattr(keras.utils, "PyDataset", None) or keras.utils.Sequence
+
+    def cut(batch: Any) -> Any:
+        if isinstance(batch, (list, tuple)):
+            return type(batch)(cut(b) for b in batch)
+        if isinstance(batch, Mapping):
+            return {k: cut(v) for k, v in batch.items()}
+        if batch is None:
+            return None
+        start, end = share(len(batch), rank, size)
+        return batch[start:end] if not isinstance(batch, list) else np.asarray(batch)[start:end]
+
+    class RankShare(base):
+        def __init__(self) -> None:
+            if base.__name__ == "PyDataset":
+                super().__init__(workers=getattr(sequence, "workers", 1),
+                                 use_multiprocessing=getattr(sequence, "use_multiprocessing", False),
+                                 max_queue_size=getattr(sequence, "max_queue_size", 10))
+
+        def __len__(self) -> int:
+            return len(sequence)
+
+        def __getitem__(self, index: int) -> Any:
+            return cut(sequence[index])
+
+        def on_epoch_end(self) -> None:
+            sequence.on_epoch_end()
+
+    return RankShare()
+
+
+def _is_sequence(keras: Any, x: Any) -> bool:
+    kinds = tuple(k for k in (getattr(keras.utils, "PyDataset", None), getattr(keras.utils, "Sequence", None)) if k)
+    return isinstance(x, kinds)
+
+
+def even_out_input(strategy: Any) -> None:
+    """Make `strategy.experimental_distribute_dataset` even out a short last batch first (see the module doc)."""
+    original = strategy.experimental_distribute_dataset
+    if getattr(original, "_distrain_evens", False) or strategy.num_replicas_in_sync < 2:
+        return
+
+    def distribute(dataset: Any, *args: Any, **kwargs: Any) -> Any:
+        return original(even_out_last_batch(dataset, strategy.num_replicas_in_sync), *args, **kwargs)
+
+    distribute._distrain_evens = True
+    strategy.experimental_distribute_dataset = distribute
+
+
+def adapt_fit_arguments(arguments: dict, keras: Any, *, rank: int, size: int, note: Callable[[str], None]) -> None:
+    """Rewrite fit's bound arguments in place so that this rank of `size` trains on its share of each global batch
+    (zero-code Horovod); `note` gets one line on what was done."""
+    x = arguments.get("x")
+    batch_size = arguments.get("batch_size") or 32
+    done = ""
+    if x is not None and is_array_input(x):
+        split = float(arguments.get("validation_split") or 0.0)
+        arrays = tuple(arguments.get(name) for name in ARRAY_ARGS if arguments.get(name) is not None)
+        if split and arguments.get("validation_data") is None:
+            import tensorflow as tf
+
+            cut = int(_first_length(arrays) * (1.0 - split))  # Keras' rule: the last fraction, before shuffling
+            arguments["validation_data"] = tf.nest.map_structure(lambda a: a[cut:], arrays)
+            arrays = tf.nest.map_structure(lambda a: a[:cut], arrays)
+        arguments["validation_split"] = 0.0
+        shuffle = arguments.get("shuffle", True) is not False
+        arguments["x"] = array_dataset(arrays, batch_size, shuffle, size, rank, size)
+        for name in ("y", "sample_weight", "batch_size"):
+            arguments.pop(name, None)
+        done = f"arrays in global batches of {batch_size}"
+    elif x is not None and _is_dataset(x):
+        if is_sharded(x):
+            note("the script shards its dataset itself: left as it is")
+            return
+        arguments["x"] = rank_slices(even_out_last_batch(x, size), rank, size)
+        done = "tf.data batches taken as global batches"
+    elif x is not None and _is_sequence(keras, x):
+        arguments["x"] = rank_share_of_sequence(keras, x, rank, size)
+        done = "PyDataset batches taken as global batches"
+    elif x is not None and hasattr(x, "__next__"):
+        generator = x
+        arguments["x"] = (_cut_structure(batch, rank, size) for batch in generator)
+        done = "generator batches taken as global batches"
+    _adapt_validation(arguments, keras, batch_size, rank, size)
+    if done:
+        note(f"{done}, each rank training on its 1/{size} of every batch")
+
+
+def _cut_structure(batch: Any, rank: int, size: int) -> Any:
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_cut_structure(b, rank, size) for b in batch)
+    if isinstance(batch, Mapping):
+        return {k: _cut_structure(v, rank, size) for k, v in batch.items()}
+    if batch is None:
+        return None
+    start, end = share(len(batch), rank, size)
+    return batch[start:end]
+
+
+def _adapt_validation(arguments: dict, keras: Any, batch_size: int, rank: int, size: int) -> None:
+    data = arguments.get("validation_data")
+    if data is None:
+        return
+    validation_batch = arguments.get("validation_batch_size") or batch_size
+    if isinstance(data, tuple) and data and all(d is None or is_array_input(d) for d in data):
+        arrays = tuple(d for d in data if d is not None)
+        arguments["validation_data"] = array_dataset(arrays, validation_batch, False, size, rank, size)
+        arguments.pop("validation_batch_size", None)
+    elif _is_dataset(data) and not is_sharded(data):
+        arguments["validation_data"] = rank_slices(even_out_last_batch(data, size), rank, size)
+    elif _is_sequence(keras, data):
+        arguments["validation_data"] = rank_share_of_sequence(keras, data, rank, size)

@@ -1,0 +1,84 @@
+"""Global batches in every mode (entrypoint/batches.py): the batch bounds, the ranks' shares, and real tf.data
+pipelines that partition each epoch between the ranks and never hand a replica an empty batch."""
+
+import numpy as np
+import pytest
+
+from entrypoint.batches import array_dataset, batch_bounds, even_out_last_batch, is_sharded, rank_slices, share
+from entrypoint.compat.script_gpu_pinning import TaskGPUs
+
+
+def sizes(bounds):
+    return [end - start for start, end in bounds]
+
+
+def test_a_short_last_batch_takes_what_it_lacks_from_the_one_before():
+    assert sizes(batch_bounds(66, 16, replicas=4)) == [16, 16, 16, 14, 4]
+    assert sizes(batch_bounds(769, 64, replicas=2)) == [64] * 11 + [63, 2]
+    assert sizes(batch_bounds(64, 16, replicas=4)) == [16] * 4  # nothing short: unchanged
+    assert sizes(batch_bounds(66, 16, replicas=1)) == [16, 16, 16, 16, 2]
+    assert sizes(batch_bounds(5, 4, replicas=4)) == [4, 1]  # too few to spare: left as it is
+
+
+def test_shares_are_contiguous_and_cover_the_batch():
+    assert [share(10, r, 3) for r in range(3)] == [(0, 3), (3, 6), (6, 10)]
+    assert [share(2, r, 2) for r in range(2)] == [(0, 1), (1, 2)]
+
+
+@pytest.fixture(scope="module")
+def tf():
+    import tensorflow
+
+    return tensorflow
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 4])
+def test_the_ranks_partition_every_epoch_of_shuffled_arrays(tf, ranks):
+    x = {"pixels": np.arange(66, dtype="float32").reshape(66, 1)}
+    y = np.arange(66)
+    per_rank = [array_dataset((x, y), 16, True, ranks, rank, ranks) for rank in range(ranks)]
+    orders = []
+    for _epoch in range(2):
+        seen, steps = [], set()
+        for dataset in per_rank:
+            batches = [labels.numpy().tolist() for _, labels in dataset]
+            assert all(batches), "a rank got an empty batch"
+            steps.add(len(batches))
+            seen += sum(batches, [])
+        assert sorted(seen) == list(range(66)) and len(steps) == 1  # every sample once, same step count
+        assert int(per_rank[0].cardinality()) == 5
+        orders.append(seen)
+    assert orders[0] != orders[1]  # reshuffled each epoch, the same way on every rank
+
+
+def test_a_dataset_keeps_its_step_count_and_gives_every_replica_a_sample(tf):
+    dataset = tf.data.Dataset.from_tensor_slices((np.arange(66.0), np.arange(66))).batch(16)
+    evened = even_out_last_batch(dataset, 4)
+    assert [int(labels.shape[0]) for _, labels in evened] == [16, 16, 16, 14, 4]
+    assert int(evened.cardinality()) == 5
+    shares = [[labels.numpy().tolist() for _, labels in rank_slices(evened, r, 4)] for r in range(4)]
+    assert sorted(sum(sum(shares, []), [])) == list(range(66))
+    assert all(batch for rank in shares for batch in rank)
+
+
+def test_an_infinite_or_already_even_dataset_is_unchanged_in_content(tf):
+    even = tf.data.Dataset.range(64).batch(16)
+    assert [b.numpy().tolist() for b in even_out_last_batch(even, 4)] == [b.numpy().tolist() for b in even]
+    endless = tf.data.Dataset.range(8).batch(4).repeat()
+    assert even_out_last_batch(endless, 4) is endless
+
+
+def test_a_dataset_the_script_sharded_is_recognised(tf):
+    base = tf.data.Dataset.range(100)
+    assert is_sharded(base.shard(2, 1).shuffle(10).batch(8).prefetch(1))
+    assert not is_sharded(base.shuffle(10).batch(8))
+
+
+def test_a_scripts_gpu_index_by_local_rank_means_the_tasks_gpu():
+    gpus = TaskGPUs(["GPU:0"], local_rank=1)  # distrain narrowed this task to one GPU
+    assert gpus[1] == "GPU:0" and gpus[0] == "GPU:0" and list(gpus) == ["GPU:0"]
+    with pytest.raises(IndexError):
+        gpus[2]  # any other index is still wrong
+    assert TaskGPUs(["GPU:0", "GPU:1"], local_rank=1)[1] == "GPU:1"  # in range: the task's own second GPU
+    with pytest.raises(IndexError):
+        TaskGPUs([], local_rank=1)[1]
