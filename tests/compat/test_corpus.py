@@ -1,7 +1,8 @@
 """The scripts users already have (tests/compat/scripts), written as the guides and TensorFlow's and Keras' docs
 teach, not as distrain's examples are: each runs unchanged in one process, under MWM x2 (distrain launch) and,
 where it does not build its own MultiWorkerMirroredStrategy, under Horovod x2 (Gloo). Every rank exits 0 and ends
-with identical weights, the loss falls, and a model saved on the chief only is complete and loadable."""
+with identical weights, the loss falls, the ranks' samples add up to one pass per epoch (the scripts that carry
+tests/compat/scripts/counting.py's layer), and a model saved on the chief only is complete and loadable."""
 
 import os
 from pathlib import Path
@@ -13,8 +14,8 @@ from slurm_jobs import submit
 
 SCRIPTS = Path(__file__).parent / "scripts"
 OWN_MWM = ["guide_mwm.py", "otbtf_mwm.py", "tf_tutorial_mwm.py", "custom_loop_strategy.py"]
-ANY_LAUNCHER = ["keras3_subclassed.py", "tf_keras_cnn.py"]
-HOROVOD_BY_HAND = ["guide_horovod.py"]
+ANY_LAUNCHER = ["keras3_subclassed.py", "tf_keras_cnn.py", "keras3_functional_ops.py", "keras3_cnn_bn.py"]
+HOROVOD_BY_HAND = ["guide_horovod.py", "horovod_sharded.py"]
 LAUNCH = {
     "single": ([DISTRAIN, "run"], 1),
     "mwm": ([DISTRAIN, "launch", "-n", "2"], 2),
@@ -22,7 +23,7 @@ LAUNCH = {
 }
 # Horovod's Keras API drives tf_keras only (horovod#4290): a script written with it runs on tf_keras, as it did
 # when the guide was written
-LEGACY = {"guide_horovod.py"}
+LEGACY = {"guide_horovod.py", "horovod_sharded.py"}
 
 
 def cases():
@@ -40,9 +41,22 @@ def test_the_script_runs_unchanged(script, mode, tmp_path):
     env = clean_env(DISTRAIN_KERAS="legacy") if script in LEGACY else clean_env()
     out = run([*launcher, str(SCRIPTS / script)], env=env, timeout=600)
     assert out.returncode == 0, out.stdout[-4000:]
-    assert_trained_in_sync(out.stdout, workers=ranks)
+    found = assert_trained_in_sync(out.stdout, workers=ranks)
+    assert_work_split(found, ranks)
     if mode != "single" and script in OWN_MWM:
         assert "adopted the script's" in out.stdout, out.stdout[-3000:]
+
+
+def assert_work_split(found: list[dict], ranks: int) -> None:
+    """The samples trained on (scripts with the counting layer) add up to one pass over the data per epoch in
+    total, in about equal shares: the work is split between the ranks, never done twice."""
+    counted = [r for r in found if "samples" in r]
+    if not counted:
+        return
+    total = int(counted[0]["total"])
+    assert sum(int(r["samples"]) for r in counted) == total, counted
+    for r in counted:
+        assert abs(int(r["samples"]) - total / ranks) <= total / ranks / 10, counted
 
 
 @pytest.mark.parametrize("script", ["guide_mwm.py", "otbtf_mwm.py", "tf_tutorial_mwm.py"])

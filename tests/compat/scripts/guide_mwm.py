@@ -4,6 +4,7 @@ import argparse
 import hashlib
 import os
 
+import counting
 import numpy as np
 import tensorflow as tf
 from tensorflow.keras import layers
@@ -35,6 +36,7 @@ y = (x.mean(axis=(1, 2, 3)) * 20).astype("int64") % 10
 with strategy.scope():
     model = tf.keras.Sequential([
         layers.Conv2D(8, 3, activation="relu", input_shape=(28, 28, 1)),
+        counting.layer(tf.keras),
         layers.MaxPooling2D(),
         layers.Flatten(),
         layers.Dense(32, activation="relu"),
@@ -46,6 +48,6 @@ history = model.fit(x, y, batch_size=64, epochs=args.epochs)
 losses = history.history["loss"]
 digest = hashlib.sha256(b"".join(np.ascontiguousarray(w).tobytes() for w in model.get_weights())).hexdigest()[:16]
 print(f"RESULT task={cluster_resolver.task_id} loss_first={losses[0]:.4f} loss_last={losses[-1]:.4f} "
-      f"weights={digest}", flush=True)
+      f"weights={digest} samples={counting.trained()} total={768 * len(losses)}", flush=True)
 if args.save_model and cluster_resolver.task_id == 0:
     tf.keras.Sequential.save(model, filepath=f"{args.output_dir}/mnist_model.keras")

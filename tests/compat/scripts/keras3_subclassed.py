@@ -1,6 +1,7 @@
 """Keras 3: a subclassed model with its own train_step, keras.ops, a PyDataset input, evaluate and predict."""
 import hashlib
 
+import counting
 import keras
 import numpy as np
 import tensorflow as tf
@@ -23,12 +24,13 @@ class Batches(keras.utils.PyDataset):
 class Regressor(keras.Model):
     def __init__(self):
         super().__init__()
+        self.count = counting.layer(keras)
         self.hidden = keras.layers.Dense(32, activation="relu")
         self.out = keras.layers.Dense(1)
         self.loss_tracker = keras.metrics.Mean(name="loss")
 
-    def call(self, inputs):
-        return self.out(self.hidden(inputs))
+    def call(self, inputs, training=None):
+        return self.out(self.hidden(self.count(inputs, training=training)))
 
     def train_step(self, data):
         x, y = data
@@ -55,4 +57,4 @@ predictions = model.predict(x[:4], verbose=0)
 losses = history.history["loss"]
 digest = hashlib.sha256(b"".join(np.ascontiguousarray(w).tobytes() for w in model.get_weights())).hexdigest()[:16]
 print(f"RESULT loss_first={losses[0]:.4f} loss_last={losses[-1]:.4f} predict={predictions.shape[0]} "
-      f"weights={digest}", flush=True)
+      f"weights={digest} samples={counting.trained()} total={640 * len(losses)}", flush=True)

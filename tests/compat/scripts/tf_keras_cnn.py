@@ -6,6 +6,7 @@ import sys
 import tempfile
 
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import counting  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
@@ -15,6 +16,7 @@ x = rng.random((640, 12, 12, 1)).astype("float32")
 y = (x[:, :6].mean(axis=(1, 2, 3)) > x[:, 6:].mean(axis=(1, 2, 3))).astype("int64")
 model = tf.keras.Sequential([
     tf.keras.layers.Input((12, 12, 1)),
+    counting.layer(tf.keras),
     tf.keras.layers.Conv2D(8, 3, activation="relu"),
     tf.keras.layers.BatchNormalization(),
     tf.keras.layers.Dropout(0.25),
@@ -34,4 +36,5 @@ predictions = model.predict(x[:5], verbose=0)
 losses = history.history["loss"]
 digest = hashlib.sha256(b"".join(np.ascontiguousarray(w).tobytes() for w in model.get_weights())).hexdigest()[:16]
 print(f"RESULT family={type(model).__module__.split('.')[0]} loss_first={losses[0]:.4f} "
-      f"loss_last={losses[-1]:.4f} predict={predictions.shape[0]} weights={digest}", flush=True)
+      f"loss_last={losses[-1]:.4f} predict={predictions.shape[0]} weights={digest} "
+      f"samples={counting.trained()} total={512 * len(losses)}", flush=True)
