@@ -252,6 +252,11 @@ def _major_minor(version: str | None) -> tuple[int, int]:
 _ASKS_FOR_TF_KERAS = re.compile(
     r"^\s*(import tf_keras|from tf_keras[\s.])|TF_USE_LEGACY_KERAS['\"]\s*(\]\s*=|,)\s*['\"](1|true|True)['\"]",
     re.MULTILINE)
+# Horovod's Keras API (horovod.tensorflow.keras, horovod.keras) drives tf_keras only: with Keras 3 its callbacks
+# fail and its DistributedOptimizer silently averages nothing (horovod#4290)
+_USES_HOROVOD_KERAS = re.compile(
+    r"^\s*(import horovod\.(tensorflow\.)?keras|from horovod\.(tensorflow\.)?keras[\s.]"
+    r"|from horovod(\.tensorflow)? import keras)", re.MULTILINE)
 
 
 def _keras_family(env: Mapping[str, str], script: str | None, versions: Mapping[str, str]) -> tuple[str, str]:
@@ -265,8 +270,11 @@ def _keras_family(env: Mapping[str, str], script: str | None, versions: Mapping[
         return "legacy", "TF_USE_LEGACY_KERAS=1 is set: tf.keras is tf_keras"
     if script and os.path.isfile(script):
         with open(script, encoding="utf-8", errors="replace") as handle:
-            if _ASKS_FOR_TF_KERAS.search(handle.read()):
-                return "legacy", "the script imports tf_keras or sets TF_USE_LEGACY_KERAS"
+            source = handle.read()
+        if _ASKS_FOR_TF_KERAS.search(source):
+            return "legacy", "the script imports tf_keras or sets TF_USE_LEGACY_KERAS"
+        if _USES_HOROVOD_KERAS.search(source):
+            return "legacy", "the script uses Horovod's Keras API, which drives tf_keras only (horovod#4290)"
     tf = versions.get("tensorflow")
     if tf and _major_minor(tf) < (2, 16):
         return "legacy", f"TensorFlow {tf} < 2.16: tf.keras is Keras 2"

@@ -21,9 +21,8 @@ LAUNCH = {
     "mwm": ([DISTRAIN, "launch", "-n", "2"], 2),
     "horovod": (["horovodrun", "-np", "2", "--gloo", DISTRAIN, "run"], 2),
 }
-# Horovod's Keras API drives tf_keras only (horovod#4290): a script written with it runs on tf_keras, as it did
-# when the guide was written
-LEGACY = {"guide_horovod.py", "horovod_sharded.py"}
+# Horovod's Keras API drives tf_keras only (horovod#4290): distrain's Keras `auto` sees the script import it and
+# picks tf_keras by itself (plan._keras_family), so no script here needs DISTRAIN_KERAS
 
 
 def cases():
@@ -38,8 +37,7 @@ def cases():
 @pytest.mark.parametrize(("script", "mode"), list(cases()))
 def test_the_script_runs_unchanged(script, mode, tmp_path):
     launcher, ranks = LAUNCH[mode]
-    env = clean_env(DISTRAIN_KERAS="legacy") if script in LEGACY else clean_env()
-    out = run([*launcher, str(SCRIPTS / script)], env=env, timeout=600)
+    out = run([*launcher, str(SCRIPTS / script)], env=clean_env(), timeout=600)
     assert out.returncode == 0, out.stdout[-4000:]
     found = assert_trained_in_sync(out.stdout, workers=ranks)
     assert_work_split(found, ranks)
@@ -74,7 +72,7 @@ def test_a_chief_only_save_completes_under_mwm(script, tmp_path):
 
 def test_the_guides_horovod_script_is_not_wrapped_twice(tmp_path):
     out = run(["horovodrun", "-np", "2", "--gloo", DISTRAIN, "run", str(SCRIPTS / "guide_horovod.py"),
-               str(tmp_path / "m.keras")], env=clean_env(DISTRAIN_KERAS="legacy"))
+               str(tmp_path / "m.keras")], env=clean_env())
     assert out.returncode == 0, out.stdout[-4000:]
     assert len({r["weights"] for r in results(out.stdout)}) == 1  # ranks started apart: the broadcast aligned them
     assert os.listdir(tmp_path) == ["m.keras"]
@@ -83,7 +81,7 @@ def test_the_guides_horovod_script_is_not_wrapped_twice(tmp_path):
 
 @pytest.mark.parametrize(("job", "script", "extra"), [
     ("mwm", "guide_mwm.py", {}),
-    ("horovod", "guide_horovod.py", {"DISTRAIN_KERAS": "legacy"}),
+    ("horovod", "guide_horovod.py", {}),
 ])
 def test_the_guides_scripts_through_the_job_scripts(slurm, tmp_path, job, script, extra):
     submitted = submit(slurm, tmp_path, job, ["--cpus-per-task=1", "--time=10", "--nodes=2", "--ntasks-per-node=1",

@@ -180,6 +180,18 @@ def test_auto_keeps_what_plain_python_would_use():
     assert "Keras 3.3.2" in dict(plan.reasons)["keras"]
 
 
+def test_legacy_for_a_script_written_with_horovods_keras_api(tmp_path):
+    """The guides' Horovod scripts use horovod.tensorflow.keras, which cannot drive Keras 3 (horovod#4290)."""
+    for source in ("import horovod.tensorflow.keras as hvd\n", "from horovod.tensorflow.keras import callbacks\n",
+                   "import horovod.keras as hvd\n", "from horovod.tensorflow import keras as hvd\n"):
+        script = tmp_path / "train.py"
+        script.write_text(source)
+        plan = detect({}, gpus=[], script=str(script), packages=KERAS3_TF217)
+        assert plan.keras == "legacy" and "horovod#4290" in dict(plan.reasons)["keras"], source
+    script.write_text("import horovod.tensorflow as hvd\n")  # the TensorFlow API works with Keras 3
+    assert detect({}, gpus=[], script=str(script), packages=KERAS3_TF217).keras == "keras3"
+
+
 def test_legacy_when_the_user_or_the_script_asks_for_tf_keras(tmp_path):
     assert detect({"TF_USE_LEGACY_KERAS": "1"}, gpus=[], packages=KERAS3_TF217).keras == "legacy"
     for source in ("import tf_keras as keras\n", "from tf_keras import layers\n",
