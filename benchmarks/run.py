@@ -1,14 +1,18 @@
-"""distrain's developer benchmarks: ratios measured side by side in one run, medians over repetitions.
+"""distrain's developer benchmarks: ratios measured side by side in one run, over repetitions.
 
     .venv/bin/python benchmarks/run.py all            (by hand: results in benchmarks/results/)
-    .venv/bin/python benchmarks/run.py overhead --reps 7
+    .venv/bin/python benchmarks/run.py overhead --reps 9
     .venv/bin/python benchmarks/run.py all --smoke --out /tmp/bench   (CI: tiny sizes, checks it all runs)
 
-overhead   distrain run/launch vs the same work hand-written for the mode (single, MWM x2, Horovod x2)
+overhead   distrain run/launch vs the same work hand-written for the mode (single, MWM x2, Horovod x2), for each
+           Keras family, with oneDNN as TensorFlow ships it
+scaling    epoch time with 2 workers against 1 on the same numpy data (each worker one core, one intra-op thread):
+           MWM and zero-code Horovod through distrain, and Horovod hand-written with sharding as its examples do
 startup    time to the first training step: distrain run vs python
 container  apptainer run (the image) vs the same work in the host venv, where an image exists
 comm       all-reduce time against tensor size: MWM ring vs Horovod Gloo vs Horovod MPI, 2 local workers
-Variants alternate within each repetition, so drift on the machine hits both sides alike.
+Variants alternate within each repetition, so drift on the machine hits both sides alike; every ratio comes with
+its spread, the lowest and highest of the per-repetition ratios. Worker threads are pinned, one core per worker.
 """
 
 from __future__ import annotations
@@ -31,7 +35,14 @@ WORKLOAD = str(ROOT / "benchmarks" / "workload.py")
 MPIRUN = ["mpirun", "--allow-run-as-root", "-np", "2", "-x", "PATH", "-mca", "btl_tcp_if_include", "lo",
           "-mca", "oob_tcp_if_include", "lo"]
 TARGETS = {"overhead": ">= 0.99 (throughput ratio)", "startup": "<= 1.05 (time ratio)",
-           "container": ">= 0.98 (throughput ratio)"}
+           "container": ">= 0.98 (throughput ratio)",
+           "scaling": ">= 1.8 speed-up through distrain; zero-code Horovod within 2% of hand-written"}
+FAMILIES = ("keras3", "legacy")
+# one intra-op thread per worker and fixed pool sizes, so a pool is sized the same whether TensorFlow started
+# before the workload pinned its threads (under distrain) or after (by hand)
+PINNED = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "2", "OMP_NUM_THREADS": "1"}
+SPIN = "import os, sys, time\nos.sched_setaffinity(0, {int(sys.argv[1])})\nt = time.perf_counter()\n" \
+       "x = sum(i * i for i in range(6_000_000))\nprint('BENCH {\"epoch_s\": %f}' % (time.perf_counter() - t))\n"
 
 
 def env() -> dict[str, str]:
@@ -54,7 +65,7 @@ def bench_line(cmd: list[str], tag: str = "BENCH", extra_env: dict | None = None
     raise RuntimeError(f"{' '.join(cmd)} printed no {tag} line (exit {out.returncode}):\n{out.stdout[-3000:]}")
 
 
-def handmade_mwm(args: list[str]) -> tuple[dict, float]:
+def handmade_mwm(args: list[str], extra_env: dict | None = None) -> tuple[dict, float]:
     """Two workers with a TF_CONFIG written by hand, the way the user guides do it."""
     from entrypoint.launcher import free_ports
 
@@ -64,8 +75,8 @@ def handmade_mwm(args: list[str]) -> tuple[dict, float]:
     for index in range(2):
         config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
         procs.append(subprocess.Popen([sys.executable, WORKLOAD, "--handmade", "mwm", *args], cwd=ROOT,
-                                      env={**env(), "TF_CONFIG": config}, text=True, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT))
+                                      env={**env(), **(extra_env or {}), "TF_CONFIG": config}, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     outputs = [p.communicate(timeout=900)[0] for p in procs]
     for line in outputs[0].splitlines():
         if line.startswith("BENCH "):
@@ -81,38 +92,104 @@ def alternate(variants: dict, reps: int) -> dict[str, list]:
     return samples
 
 
+def spread(numerators: list[float], denominators: list[float]) -> dict:
+    """The ratio of the medians, with the lowest and highest per-repetition ratios (each repetition ran both
+    variants back to back)."""
+    per_rep = [a / b for a, b in zip(numerators, denominators)]
+    return {"ratio": statistics.median(numerators) / statistics.median(denominators),
+            "ratio_min": min(per_rep), "ratio_max": max(per_rep)}
+
+
+def _last_error(output: str) -> str:
+    errors = [line for line in output.splitlines() if "Error" in line]
+    return (errors or output.splitlines() or ["?"])[-1][:300]
+
+
 def overhead(reps: int, smoke: bool) -> dict:
-    work = ["--steps", "8" if smoke else "150", "--warmup", "3" if smoke else "20"]
-    pairs = {
-        "single": (lambda: bench_line([DISTRAIN, "run", WORKLOAD, *work]),
-                   lambda: bench_line([sys.executable, WORKLOAD, "--handmade", "single", *work])),
-        # distrain's defaults turn oneDNN off for multi-worker MWM (tensorflow#60857, see README); the second
-        # row gives distrain the hand-written version's kernels, isolating distrain's own overhead
-        "mwm x2 (defaults: oneDNN off)": (lambda: bench_line([DISTRAIN, "launch", "-n", "2", WORKLOAD, *work]),
-                                          lambda: handmade_mwm(work)),
-        "mwm x2 (TF_ENABLE_ONEDNN_OPTS=1)": (
-            lambda: bench_line([DISTRAIN, "launch", "-n", "2", WORKLOAD, *work],
-                               extra_env={"TF_ENABLE_ONEDNN_OPTS": "1"}),
-            lambda: handmade_mwm(work)),
-        "horovod x2 (gloo)": (
-            lambda: bench_line(["horovodrun", "-np", "2", "--gloo", DISTRAIN, "run", WORKLOAD, *work]),
-            lambda: bench_line(["horovodrun", "-np", "2", "--gloo", sys.executable, WORKLOAD, "--handmade",
-                                "horovod", *work])),
-    }
+    work = ["--steps", "8" if smoke else "150", "--warmup", "3" if smoke else "20", "--pin"]
+    horovodrun = ["horovodrun", "-np", "2", "--gloo"]
+    pairs = {}
+    for family in FAMILIES:
+        ours, hand = {"DISTRAIN_KERAS": family, **PINNED}, ["--keras", family]
+        pairs[f"single ({family})"] = (
+            lambda ours=ours: bench_line([DISTRAIN, "run", WORKLOAD, *work], extra_env=ours),
+            lambda hand=hand: bench_line([sys.executable, WORKLOAD, "--handmade", "single", *hand, *work],
+                                         extra_env=PINNED))
+        pairs[f"mwm x2 ({family})"] = (
+            lambda ours=ours: bench_line([DISTRAIN, "launch", "-n", "2", WORKLOAD, *work], extra_env=ours),
+            lambda hand=hand: handmade_mwm([*hand, *work], PINNED))
+    # Horovod's Keras API drives tf_keras only (horovod#4290): there is no hand-written Keras 3 Horovod script
+    pairs["horovod x2 (legacy)"] = (
+        lambda: bench_line([*horovodrun, DISTRAIN, "run", WORKLOAD, *work],
+                           extra_env={"DISTRAIN_KERAS": "legacy", **PINNED}),
+        lambda: bench_line([*horovodrun, sys.executable, WORKLOAD, "--handmade", "horovod", "--keras", "legacy",
+                            *work], extra_env=PINNED))
     rows = {}
     for mode, (with_distrain, by_hand) in pairs.items():
-        samples = alternate({"distrain": with_distrain, "hand-written": by_hand}, reps)
-        ours = statistics.median(s[0]["images_per_sec"] for s in samples["distrain"])
-        theirs = statistics.median(s[0]["images_per_sec"] for s in samples["hand-written"])
-        rows[mode] = {"distrain_images_per_sec": ours, "handwritten_images_per_sec": theirs, "ratio": ours / theirs}
+        try:
+            samples = alternate({"distrain": with_distrain, "hand-written": by_hand}, reps)
+        except RuntimeError as exc:  # Keras 3.3's MWM fails by hand (tensorflow#72388), distrain fixes it
+            rows[mode] = {"skipped": f"a variant failed: {_last_error(str(exc))}"}
+            continue
+        ours = [s[0]["images_per_sec"] for s in samples["distrain"]]
+        theirs = [s[0]["images_per_sec"] for s in samples["hand-written"]]
+        rows[mode] = {"distrain_images_per_sec": statistics.median(ours),
+                      "handwritten_images_per_sec": statistics.median(theirs), **spread(ours, theirs)}
+    return rows
+
+
+def cpu_ceiling() -> float:
+    """Pure Python on each core: the time one process takes over the time two at once take (2.0 on two free
+    cores; less where the cores are shared with the host's other guests)."""
+    def spin(*cores: int) -> float:
+        procs = [subprocess.Popen([sys.executable, "-c", SPIN, str(c)], stdout=subprocess.PIPE, text=True)
+                 for c in cores]
+        return max(json.loads(p.communicate()[0].split("BENCH ", 1)[1])["epoch_s"] for p in procs)
+
+    return 2 * spin(0) / spin(0, 1 % (os.cpu_count() or 1))
+
+
+def scaling(reps: int, smoke: bool) -> dict:
+    """Speed-up of 2 workers over 1 in epoch time, the same numpy data and global batch (tf_keras: the family
+    hand-written Horovod can use), next to what the machine's cores allow."""
+    work = ["--epochs", "2" if smoke else "3", "--samples", "1024" if smoke else "8192", "--batch", "256", "--pin"]
+    ours = {"DISTRAIN_KERAS": "legacy", **PINNED}
+    hvd2 = ["horovodrun", "-np", "2", "--gloo"]
+
+    def epoch(cmd: list[str], extra: dict) -> float:
+        return bench_line(cmd, extra_env=extra)[0]["epoch_s"]
+
+    runs = {
+        "distrain, 1 worker": lambda: epoch([DISTRAIN, "run", WORKLOAD, *work], ours),
+        "distrain mwm x2": lambda: epoch([DISTRAIN, "launch", "-n", "2", WORKLOAD, *work], ours),
+        "distrain horovod x2": lambda: epoch([*hvd2, DISTRAIN, "run", WORKLOAD, *work], ours),
+        "hand-written, 1 worker": lambda: epoch([sys.executable, WORKLOAD, "--handmade", "single", *work], PINNED),
+        "hand-written mwm x2": lambda: handmade_mwm(work, PINNED)[0]["epoch_s"],
+        "hand-written horovod x2": lambda: epoch([*hvd2, sys.executable, WORKLOAD, "--handmade", "horovod", *work],
+                                                 PINNED),
+        "cpu ceiling": cpu_ceiling,
+    }
+    samples = alternate(runs, reps)
+    rows: dict[str, dict] = {name: {"epoch_s": statistics.median(times)} for name, times in samples.items()
+                             if name != "cpu ceiling"}
+    rows["cpu ceiling (2 pinned processes vs 1, pure Python)"] = {
+        "speed_up": statistics.median(samples["cpu ceiling"]), "min": min(samples["cpu ceiling"]),
+        "max": max(samples["cpu ceiling"])}
+    one, hand_one = samples["distrain, 1 worker"], samples["hand-written, 1 worker"]
+    for mode in ("mwm", "horovod"):
+        rows[f"speed-up, distrain {mode} x2"] = spread(one, samples[f"distrain {mode} x2"])
+        rows[f"speed-up, hand-written {mode} x2"] = spread(hand_one, samples[f"hand-written {mode} x2"])
+        # hand-written epoch time over distrain's: 1.0 = as fast, below 1 = distrain slower
+        rows[f"distrain {mode} x2 vs hand-written"] = spread(samples[f"hand-written {mode} x2"],
+                                                            samples[f"distrain {mode} x2"])
     return rows
 
 
 def startup(reps: int, smoke: bool) -> dict:
     work = ["--steps", "3", "--warmup", "1"]
     samples = alternate({
-        "distrain run": lambda: bench_line([DISTRAIN, "run", WORKLOAD, *work]),
-        "python": lambda: bench_line([sys.executable, WORKLOAD, "--handmade", "single", *work]),
+        "distrain run": lambda: bench_line([DISTRAIN, "run", WORKLOAD, *work], extra_env={"DISTRAIN_KERAS": "keras3"}),
+        "python": lambda: bench_line([sys.executable, WORKLOAD, "--handmade", "single", "--keras", "keras3", *work]),
     }, reps)
     first = {name: statistics.median(r["first_step"] - started for r, started in runs)
              for name, runs in samples.items()}
@@ -174,14 +251,14 @@ def report(name: str, data: dict) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("which", choices=["overhead", "startup", "container", "comm", "all"])
-    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("which", choices=["overhead", "scaling", "startup", "container", "comm", "all"])
+    parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, 1 repetition: checks it runs")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--sif", default=os.environ.get("DISTRAIN_BENCH_SIF", "/var/cache/distrain/distrain-test.sif"))
     opts = parser.parse_args()
     reps = 1 if opts.smoke else opts.reps
-    chosen = ["overhead", "startup", "container", "comm"] if opts.which == "all" else [opts.which]
+    chosen = ["overhead", "scaling", "startup", "container", "comm"] if opts.which == "all" else [opts.which]
     results = {"machine": machine(), "reps": reps, "smoke": opts.smoke}
     for name in chosen:
         started = time.monotonic()

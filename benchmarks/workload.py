@@ -1,8 +1,15 @@
 """The training work every benchmark measures: a small CNN on fixed synthetic data.
 
-`--handmade none` is an ordinary Keras script (what `distrain run` distributes). `--handmade single|mwm|horovod`
-is the same work written by hand for that mode, the way the user guides do it: the baseline for the overhead
-ratio. Prints one line `BENCH {json}` from the chief: throughput after warm-up and the wall time of the first step.
+`--handmade none` is an ordinary Keras script with a global batch (what `distrain run` distributes, splitting the
+batches between the ranks itself). `--handmade single|mwm|horovod` is the same work written by hand for that mode,
+the way the user guides do it (Horovod: each rank its shard of the data, per-rank batches): the baseline.
+
+Two measures, one line from the chief:
+- default: `BENCH {"images_per_sec", "first_step"}`, throughput over --steps steps after --warmup;
+- `--epochs N`: `BENCH {"epoch_s"}`, the median time of epochs 2..N of `fit` on --samples numpy samples (what a
+  user waits for; the first epoch traces the graph).
+`--pin` pins every thread of the process to one core (by local rank), so two workers on a small machine do not
+fight over its cores (threads made later inherit the mask; the runner sets TF_NUM_INTRAOP_THREADS).
 """
 
 import argparse
@@ -13,19 +20,39 @@ import time
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--handmade", choices=["none", "single", "mwm", "horovod"], default="none")
+parser.add_argument("--keras", choices=["keras3", "legacy"], default="legacy",
+                    help="the family the hand-written versions use (distrain's comes from DISTRAIN_KERAS)")
 parser.add_argument("--steps", type=int, default=60)
 parser.add_argument("--warmup", type=int, default=10)
 parser.add_argument("--batch", type=int, default=64, help="global batch")
+parser.add_argument("--epochs", type=int, default=0, help="measure epoch time over this many epochs")
+parser.add_argument("--samples", type=int, default=4096, help="samples per epoch with --epochs")
+parser.add_argument("--pin", action="store_true")
 args = parser.parse_args()
 
+
+def local_rank() -> int:
+    for name in ("HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "DISTRAIN_LOCAL_RANK"):
+        if name in os.environ:
+            return int(os.environ[name])
+    if "TF_CONFIG" in os.environ:
+        return json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    return 0
+
+
 if args.handmade != "none":
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # the hand-written versions use the same Keras as distrain
+    os.environ["TF_USE_LEGACY_KERAS"] = "1" if args.keras == "legacy" else "0"
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+if args.pin:  # after the import, as under distrain; threads made later inherit the mask from their creator
+    core = local_rank() % os.cpu_count()
+    for task in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(task), {core})
 hvd = None
 strategy = tf.distribute.get_strategy()
-rank, batch = 0, args.batch
+rank, size = 0, 1
 if args.handmade == "mwm":
     for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
         os.environ.pop(name, None)
@@ -35,17 +62,12 @@ elif args.handmade == "horovod":
     import horovod.tensorflow.keras as hvd
 
     hvd.init()
-    rank, batch = hvd.rank(), args.batch // hvd.size()
+    rank, size = hvd.rank(), hvd.size()
 elif args.handmade == "none" and "TF_CONFIG" in os.environ:
     rank = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
 elif args.handmade == "none":
     rank = int(os.environ.get("HOROVOD_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
-    size = int(os.environ.get("HOROVOD_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", "1")))
-    batch = args.batch // size
 
-images = tf.random.uniform((batch, 32, 32, 3), seed=1)
-labels = tf.random.uniform((batch,), maxval=10, dtype=tf.int32, seed=1)
-dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
 with strategy.scope():
     model = tf.keras.Sequential([
         tf.keras.layers.Input((32, 32, 3)),
@@ -58,19 +80,43 @@ with strategy.scope():
         optimizer = hvd.DistributedOptimizer(optimizer)
     model.compile(optimizer=optimizer, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
-stamps = []
+stamps: list[float] = []
+epochs: list[float] = []
 
 
 class Stamp(tf.keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         stamps.append(time.time())
 
+    def on_epoch_begin(self, epoch, logs=None):
+        self._began = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        epochs.append(time.perf_counter() - self._began)
+
 
 callbacks = [Stamp()]
 if hvd is not None:
     callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0), *callbacks]
-model.fit(dataset, epochs=1, steps_per_epoch=args.warmup + args.steps, callbacks=callbacks, verbose=0)
-steps = [b - a for a, b in zip(stamps[args.warmup:], stamps[args.warmup + 1:])]
-if rank == 0:
-    print("BENCH " + json.dumps({"images_per_sec": args.batch / statistics.median(steps), "first_step": stamps[0]}),
-          flush=True)
+
+if args.epochs:
+    rng = np.random.default_rng(1)
+    x = rng.random((args.samples, 32, 32, 3), dtype=np.float32)
+    y = rng.integers(0, 10, args.samples)
+    if hvd is None:
+        model.fit(x, y, batch_size=args.batch, epochs=args.epochs, callbacks=callbacks, verbose=0)
+    else:  # Horovod's examples: each rank its shard, per-rank batches
+        shard = tf.data.Dataset.from_tensor_slices((x, y)).shard(size, rank).shuffle(args.samples // size, seed=rank)
+        model.fit(shard.batch(args.batch // size), epochs=args.epochs, callbacks=callbacks, verbose=0)
+    if rank == 0:
+        print("BENCH " + json.dumps({"epoch_s": statistics.median(epochs[1:])}), flush=True)
+else:
+    batch = args.batch // size  # hand-written Horovod feeds per-rank batches; everything else the global batch
+    images = tf.random.uniform((batch, 32, 32, 3), seed=1)
+    labels = tf.random.uniform((batch,), maxval=10, dtype=tf.int32, seed=1)
+    dataset = tf.data.Dataset.from_tensors((images, labels)).repeat(args.warmup + args.steps)
+    model.fit(dataset, epochs=1, callbacks=callbacks, verbose=0)
+    steps = [b - a for a, b in zip(stamps[args.warmup:], stamps[args.warmup + 1:])]
+    if rank == 0:
+        print("BENCH " + json.dumps({"images_per_sec": args.batch / statistics.median(steps),
+                                     "first_step": stamps[0]}), flush=True)

@@ -13,8 +13,18 @@ def test_benchmarks_smoke_writes_every_ratio(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:]
     results = json.loads((tmp_path / "smoke-all.json").read_text())
     assert results["machine"]["cores"] >= 1 and results["machine"]["tensorflow"].startswith("2.17")
-    for mode in ("single", "mwm x2 (defaults: oneDNN off)", "mwm x2 (TF_ENABLE_ONEDNN_OPTS=1)", "horovod x2 (gloo)"):
-        assert math.isfinite(results["overhead"][mode]["ratio"]) and results["overhead"][mode]["ratio"] > 0
+    rows = ["single (keras3)", "mwm x2 (keras3)", "single (legacy)", "mwm x2 (legacy)", "horovod x2 (legacy)"]
+    assert sorted(results["overhead"]) == sorted(rows)
+    for row in results["overhead"].values():
+        if "skipped" in row:  # hand-written Keras 3.3 MWM fails on its own (tensorflow#72388)
+            continue
+        assert 0 < row["ratio_min"] <= row["ratio"] <= row["ratio_max"] and math.isfinite(row["ratio_max"])
+    for mode in ("mwm", "horovod"):
+        for name in (f"speed-up, distrain {mode} x2", f"speed-up, hand-written {mode} x2",
+                     f"distrain {mode} x2 vs hand-written"):
+            row = results["scaling"][name]
+            assert 0 < row["ratio_min"] <= row["ratio"] <= row["ratio_max"] and math.isfinite(row["ratio_max"])
+    assert results["scaling"]["cpu ceiling (2 pinned processes vs 1, pure Python)"]["speed_up"] > 0
     assert results["startup"]["ratio"] > 0
     assert "ratio" in results["container"] or "skipped" in results["container"]
     assert set(results["comm"]["allreduce_ms_by_elements"]) == {"mwm ring", "horovod gloo", "horovod mpi"}
