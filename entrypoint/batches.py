@@ -50,6 +50,8 @@ def is_array_input(x: Any) -> bool:
         return bool(x) and all(is_array_input(v) for v in x.values())
     if isinstance(x, (list, tuple)):
         return bool(x) and all(is_array_input(v) for v in x)
+    if hasattr(x, "to_numpy") and hasattr(x, "shape"):  # pandas
+        return True
     return isinstance(x, np.ndarray) or (hasattr(x, "shape") and hasattr(x, "dtype") and not _is_dataset(x))
 
 
@@ -75,7 +77,8 @@ def array_dataset(arrays: tuple, batch_size: int, shuffle: bool, replicas: int,
     offsets = [start for start, _ in bounds]
     starts = tf.constant([o + s for o, s in zip(offsets, starts)], tf.int64)
     ends = tf.constant([o + e for o, e in zip(offsets, ends)], tf.int64)
-    tensors = tf.nest.map_structure(tf.convert_to_tensor, arrays)
+    tensors = tf.nest.map_structure(lambda a: tf.convert_to_tensor(a.to_numpy() if hasattr(a, "to_numpy") else a),
+                                    arrays)
     order = tf.data.Dataset.range(samples)
     if shuffle:
         order = order.shuffle(samples, seed=SHUFFLE_SEED, reshuffle_each_iteration=True)
@@ -180,19 +183,7 @@ def is_sharded(dataset: Any) -> bool:
 
 def rank_share_of_sequence(keras: Any, sequence: Any, rank: int, size: int) -> Any:
     """A PyDataset / Sequence whose batch i is this rank's slice of the original's batch i."""
-    import numpy as np
-
     base = getattr(keras.utils, "PyDataset", None) or keras.utils.Sequence
-
-    def cut(batch: Any) -> Any:
-        if isinstance(batch, (list, tuple)):
-            return type(batch)(cut(b) for b in batch)
-        if isinstance(batch, Mapping):
-            return {k: cut(v) for k, v in batch.items()}
-        if batch is None:
-            return None
-        start, end = share(len(batch), rank, size)
-        return batch[start:end] if not isinstance(batch, list) else np.asarray(batch)[start:end]
 
     class RankShare(base):
         def __init__(self) -> None:
@@ -205,7 +196,7 @@ def rank_share_of_sequence(keras: Any, sequence: Any, rank: int, size: int) -> A
             return len(sequence)
 
         def __getitem__(self, index: int) -> Any:
-            return cut(sequence[index])
+            return _cut_structure(sequence[index], rank, size)
 
         def on_epoch_end(self) -> None:
             sequence.on_epoch_end()
@@ -237,7 +228,11 @@ def adapt_fit_arguments(arguments: dict, keras: Any, *, rank: int, size: int, no
     x = arguments.get("x")
     batch_size = arguments.get("batch_size") or 32
     done = ""
-    if x is not None and is_array_input(x):
+    arrays_given = x is not None and is_array_input(x)
+    if arrays_given and arguments.get("y") is None and arguments.get("sample_weight") is not None:
+        note("sample_weight without y: the input is not split, every rank trains on all of it")
+        return
+    if arrays_given:
         split = float(arguments.get("validation_split") or 0.0)
         arrays = tuple(arguments.get(name) for name in ARRAY_ARGS if arguments.get(name) is not None)
         if split and arguments.get("validation_data") is None:
@@ -265,18 +260,26 @@ def adapt_fit_arguments(arguments: dict, keras: Any, *, rank: int, size: int, no
         generator = x
         arguments["x"] = (_cut_structure(batch, rank, size) for batch in generator)
         done = "generator batches taken as global batches"
+    elif x is not None:
+        note(f"input of type {type(x).__name__} is not split: every rank trains on all of it")
     _adapt_validation(arguments, keras, batch_size, rank, size)
     if done:
         note(f"{done}, each rank training on its 1/{size} of every batch")
 
 
 def _cut_structure(batch: Any, rank: int, size: int) -> Any:
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(_cut_structure(b, rank, size) for b in batch)
+    """This rank's share of a Python-side batch: (x, y[, w]) tuples, lists of inputs, dicts, arrays (a list of
+    numbers becomes an array)."""
+    import numpy as np
+
+    if isinstance(batch, tuple) or (isinstance(batch, list) and batch and all(hasattr(b, "shape") for b in batch)):
+        return type(batch)(_cut_structure(b, rank, size) for b in batch)  # (x, y, w), or a list of model inputs
     if isinstance(batch, Mapping):
         return {k: _cut_structure(v, rank, size) for k, v in batch.items()}
     if batch is None:
         return None
+    if isinstance(batch, list):
+        batch = np.asarray(batch)
     start, end = share(len(batch), rank, size)
     return batch[start:end]
 

@@ -82,3 +82,32 @@ def test_a_scripts_gpu_index_by_local_rank_means_the_tasks_gpu():
     assert TaskGPUs(["GPU:0", "GPU:1"], local_rank=1)[1] == "GPU:1"  # in range: the task's own second GPU
     with pytest.raises(IndexError):
         TaskGPUs([], local_rank=1)[1]
+
+
+def test_pydataset_and_generator_batches_are_shared_between_the_ranks(tf):
+    import keras
+
+    from entrypoint.batches import adapt_fit_arguments
+
+    class Batches(keras.utils.PyDataset):
+        def __len__(self):
+            return 3
+
+        def __getitem__(self, index):
+            x = np.arange(index * 10, index * 10 + 10)
+            return [x, x * 2], x  # a list of two model inputs, and the labels
+
+    seen = []
+    for rank in range(2):
+        arguments = {"x": Batches()}
+        adapt_fit_arguments(arguments, keras, rank=rank, size=2, note=lambda line: None)
+        share = arguments["x"]
+        assert len(share) == 3
+        for index in range(3):
+            (first, second), labels = share[index]
+            assert list(second) == list(first * 2) and list(labels) == list(first)
+            seen += list(labels)
+        arguments = {"x": iter([(np.arange(4), np.arange(4))])}
+        adapt_fit_arguments(arguments, keras, rank=rank, size=2, note=lambda line: None)
+        assert [list(y) for _, y in arguments["x"]] == [[0, 1] if rank == 0 else [2, 3]]
+    assert sorted(seen) == list(range(30))
