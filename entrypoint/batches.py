@@ -164,7 +164,15 @@ def rank_slices(dataset: Any, rank: int, size: int) -> Any:
 
 
 def is_sharded(dataset: Any) -> bool:
-    """The script sharded this dataset itself (`dataset.shard(hvd.size(), hvd.rank())`, Horovod's examples)."""
+    """The script split this dataset itself: `dataset.shard(hvd.size(), hvd.rank())` (Horovod's examples), or
+    per-rank files with auto-sharding turned off (`AutoShardPolicy.OFF`, TensorFlow's advice for that case)."""
+    import tensorflow as tf
+
+    try:
+        if dataset.options().experimental_distribute.auto_shard_policy == tf.data.experimental.AutoShardPolicy.OFF:
+            return True
+    except (AttributeError, TypeError):
+        pass
     seen, todo = set(), [dataset]
     while todo:
         current = todo.pop()

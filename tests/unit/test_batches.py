@@ -72,6 +72,9 @@ def test_a_dataset_the_script_sharded_is_recognised(tf):
     base = tf.data.Dataset.range(100)
     assert is_sharded(base.shard(2, 1).shuffle(10).batch(8).prefetch(1))
     assert not is_sharded(base.shuffle(10).batch(8))
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    assert is_sharded(base.batch(8).with_options(options))  # per-rank files, split by the script
 
 
 def test_a_scripts_gpu_index_by_local_rank_means_the_tasks_gpu():
