@@ -59,11 +59,16 @@ def keras_env(family: str, **extra: str) -> dict[str, str]:
     return clean_env(DISTRAIN_KERAS=family, **extra)
 
 
-def load_model(path: Path, family: str, input_shape: tuple = (8, 8, 1)) -> str:
-    """Load a saved model in a fresh process with plain Keras of that family (no distrain), predict once."""
+def load_model(path: Path, family: str, input_shape: tuple = (8, 8, 1), counting: bool = False) -> str:
+    """Load a saved model in a fresh process with plain Keras of that family (no distrain), predict once.
+    counting: the model holds the corpus' sample-counting layer (tests/compat/scripts/counting.py)."""
     legacy = "import os; os.environ['TF_USE_LEGACY_KERAS'] = '1'; " if family == "legacy" else ""
+    custom = "None"
+    if counting:
+        legacy += f"import sys; sys.path.insert(0, {str(ROOT / 'tests' / 'compat' / 'scripts')!r}); "
+        custom = "{'CountSamples': type(__import__('counting').layer(tf.keras))}"
     code = (f"{legacy}import numpy as np, tensorflow as tf; "
-            f"m = tf.keras.models.load_model({str(path)!r}, safe_mode=False); "
+            f"m = tf.keras.models.load_model({str(path)!r}, safe_mode=False, custom_objects={custom}); "
             f"print('OUT', m.predict(np.zeros((1, *{input_shape!r}), 'float32'), verbose=0).shape, "
             "type(m).__module__.split('.')[0])")
     out = run(["python", "-c", code])
