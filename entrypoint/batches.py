@@ -26,14 +26,24 @@ SHUFFLE_SEED = 20_241_122  # the same on every rank: their slices must partition
 ARRAY_ARGS = ("x", "y", "sample_weight")
 
 
+def splits_cleanly(size: Any, replicas: int) -> Any:
+    """Whether a batch of `size` gives every replica a sample, however it is split: contiguous shares (Horovod
+    here) need size >= replicas; TensorFlow's rebatch for batches of unknown size cuts pieces of ceil(size /
+    replicas) (`_LegacyRebatchDataset`: 5 on 4 replicas is 2, 2, 1, 0), so it needs size > (replicas - 1) x that.
+    Works on ints and on int64 tensors."""
+    return size - (replicas - 1) * ((size + replicas - 1) // replicas) > 0
+
+
 def batch_bounds(samples: int, batch_size: int, replicas: int) -> list[tuple[int, int]]:
-    """[start, end) of each global batch; a last batch with fewer samples than replicas takes the samples it lacks
-    from the end of the one before (when that one can spare them), so the step count stays ceil(samples/batch)."""
+    """[start, end) of each global batch; a last batch that does not split cleanly between the replicas is
+    topped up to the next multiple of `replicas` from the end of the one before (when what is left there still
+    splits cleanly), so the step count stays ceil(samples / batch)."""
     bounds = [(start, min(start + batch_size, samples)) for start in range(0, samples, batch_size)]
-    if len(bounds) > 1 and bounds[-1][1] - bounds[-1][0] < replicas:
-        (start, _), (_, end) = bounds[-2], bounds[-1]
-        if end - start >= 2 * replicas:
-            bounds[-2:] = [(start, end - replicas), (end - replicas, end)]
+    if len(bounds) > 1 and not splits_cleanly(bounds[-1][1] - bounds[-1][0], replicas):
+        (start, _), (last_start, end) = bounds[-2], bounds[-1]
+        last = -(-(end - last_start) // replicas) * replicas
+        if splits_cleanly(end - last - start, replicas):
+            bounds[-2:] = [(start, end - last), (end - last, end)]
     return bounds
 
 
@@ -102,9 +112,10 @@ def _batch_length(element: Any) -> Any:
 
 
 def even_out_last_batch(dataset: Any, replicas: int) -> Any:
-    """`dataset` with a last batch smaller than `replicas` topped up from the end of the batch before it (one batch
-    of look-ahead: a batch is passed on when the next arrives; an empty end marker flushes the last one). The
-    number of batches, and so the cardinality Keras counts steps with, does not change."""
+    """`dataset` with a last batch that does not split cleanly between `replicas` (see splits_cleanly) topped up
+    to the next multiple of `replicas` from the end of the batch before it (one batch of look-ahead: a batch is
+    passed on when the next arrives; an empty end marker flushes the last one). The number of batches, and so the
+    cardinality Keras counts steps with, does not change."""
     import tensorflow as tf
 
     if int(dataset.cardinality()) == tf.data.INFINITE_CARDINALITY:
@@ -112,6 +123,8 @@ def even_out_last_batch(dataset: Any, replicas: int) -> Any:
     specs = tf.nest.flatten(dataset.element_spec)
     if not all(isinstance(s, tf.TensorSpec) and s.shape.rank for s in specs):
         return dataset  # ragged, sparse or scalar elements: not batches this can rebalance
+    if all(s.shape[0] is not None for s in specs):
+        return dataset  # batched with drop_remainder: every batch is full
 
     def empty(spec: Any) -> Any:
         return tf.zeros([0] + [d if d is not None else 0 for d in spec.shape[1:]], spec.dtype)
@@ -123,13 +136,15 @@ def even_out_last_batch(dataset: Any, replicas: int) -> Any:
     def step(state: Any, item: Any) -> Any:
         held, have = state
         is_end, batch = item
-        short, total = _batch_length(batch) < replicas, _batch_length(held) + _batch_length(batch)
+        size, total = _batch_length(batch), _batch_length(held) + _batch_length(batch)
+        last = (size + replicas - 1) // replicas * replicas  # the next multiple of replicas: splits cleanly
         top_up = tf.logical_and(tf.logical_and(have, tf.logical_not(is_end)),
-                                tf.logical_and(short, total >= 2 * replicas))
+                                tf.logical_and(tf.logical_not(splits_cleanly(size, replicas)),
+                                               splits_cleanly(total - last, replicas)))
 
         def rebalance() -> Any:
             both = tf.nest.map_structure(lambda a, b: tf.concat([a, b], 0), held, batch)
-            cut = total - replicas
+            cut = total - last
             return (tf.nest.map_structure(lambda t: t[:cut], both), tf.nest.map_structure(lambda t: t[cut:], both))
 
         emitted, kept = tf.cond(top_up, rebalance, lambda: (held, batch))
@@ -217,6 +232,17 @@ def _is_sequence(keras: Any, x: Any) -> bool:
     return isinstance(x, kinds)
 
 
+def _known_batch_size(dataset: Any) -> int | None:
+    """The batch size TensorFlow's rebatch finds in the dataset's graph, or None."""
+    try:
+        from tensorflow.python.data.experimental.ops import distribute
+
+        size = int(distribute.compute_batch_size(dataset))
+    except Exception:  # noqa: BLE001 - a private TensorFlow helper: any failure means "unknown"
+        return None
+    return size if size > 0 else None
+
+
 def even_out_input(strategy: Any) -> None:
     """Make `strategy.experimental_distribute_dataset` even out a short last batch first (see the module doc)."""
     original = strategy.experimental_distribute_dataset
@@ -224,7 +250,12 @@ def even_out_input(strategy: Any) -> None:
         return
 
     def distribute(dataset: Any, *args: Any, **kwargs: Any) -> Any:
-        return original(even_out_last_batch(dataset, strategy.num_replicas_in_sync), *args, **kwargs)
+        replicas = strategy.num_replicas_in_sync
+        # The look-ahead hides the batch op from TensorFlow, whose rebatch then cuts ceil(size / replicas) pieces;
+        # a full batch that would leave a replica empty that way (9 on 4) keeps TensorFlow's even split instead.
+        if splits_cleanly(_known_batch_size(dataset) or replicas, replicas):
+            dataset = even_out_last_batch(dataset, replicas)
+        return original(dataset, *args, **kwargs)
 
     distribute._distrain_evens = True
     strategy.experimental_distribute_dataset = distribute

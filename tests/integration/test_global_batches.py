@@ -18,7 +18,7 @@ SCRIPT = "tests/integration/scripts/short_last_batch.py"
 @pytest.mark.parametrize("family", [pytest.param("keras3", marks=pytest.mark.core), "legacy"])
 def test_a_last_batch_smaller_than_the_workers_trains_with_onednn_on(family):
     assert family in KERAS_FAMILIES
-    for extra in ([], ["--numpy", "--own-strategy"]):
+    for extra in ([], ["--samples", "69"], ["--numpy", "--own-strategy"]):
         out = run([DISTRAIN, "launch", "-n", "4", SCRIPT, *extra], env=keras_env(family), timeout=600)
         assert out.returncode == 0, out.stdout[-4000:]
         found = assert_trained_in_sync(out.stdout, workers=4)

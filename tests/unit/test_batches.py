@@ -4,7 +4,15 @@ pipelines that partition each epoch between the ranks and never hand a replica a
 import numpy as np
 import pytest
 
-from entrypoint.batches import array_dataset, batch_bounds, even_out_last_batch, is_sharded, rank_slices, share
+from entrypoint.batches import (
+    array_dataset,
+    batch_bounds,
+    even_out_last_batch,
+    is_sharded,
+    rank_slices,
+    share,
+    splits_cleanly,
+)
 from entrypoint.compat.script_gpu_pinning import TaskGPUs
 
 
@@ -18,6 +26,13 @@ def test_a_short_last_batch_takes_what_it_lacks_from_the_one_before():
     assert sizes(batch_bounds(64, 16, replicas=4)) == [16] * 4  # nothing short: unchanged
     assert sizes(batch_bounds(66, 16, replicas=1)) == [16, 16, 16, 16, 2]
     assert sizes(batch_bounds(5, 4, replicas=4)) == [4, 1]  # too few to spare: left as it is
+    # 1797 digits in 64s: a last batch of 5 would be cut 2, 2, 1, 0 by TensorFlow's rebatch; 8 splits 2 each
+    assert sizes(batch_bounds(1797, 64, replicas=4))[-2:] == [61, 8]
+
+
+def test_a_clean_split_gives_every_replica_a_sample():
+    assert [b for b in range(1, 13) if splits_cleanly(b, 4)] == [4, 7, 8, 10, 11, 12]
+    assert splits_cleanly(64, 4) and not splits_cleanly(9, 4) and splits_cleanly(2, 2) and not splits_cleanly(1, 2)
 
 
 def test_shares_are_contiguous_and_cover_the_batch():
@@ -55,6 +70,8 @@ def test_a_dataset_keeps_its_step_count_and_gives_every_replica_a_sample(tf):
     dataset = tf.data.Dataset.from_tensor_slices((np.arange(66.0), np.arange(66))).batch(16)
     evened = even_out_last_batch(dataset, 4)
     assert [int(labels.shape[0]) for _, labels in evened] == [16, 16, 16, 14, 4]
+    five = tf.data.Dataset.range(1797).batch(64)  # examples/train.py's digits: a last batch of 5 on 4 workers
+    assert [int(b.shape[0]) for b in even_out_last_batch(five, 4)][-2:] == [61, 8]
     assert int(evened.cardinality()) == 5
     shares = [[labels.numpy().tolist() for _, labels in rank_slices(evened, r, 4)] for r in range(4)]
     assert sorted(sum(sum(shares, []), [])) == list(range(66))

@@ -1,6 +1,7 @@
 """tensorflow#60857's case: a Conv+ReLU model and 66 samples in batches of 16, so the last global batch (2
 samples) is smaller than 4 workers. `--numpy` feeds arrays instead of tf.data; `--own-strategy` builds its own
-MultiWorkerMirroredStrategy, as the guides do."""
+MultiWorkerMirroredStrategy, as the guides do; `--samples 69` leaves a last batch of 5, which TensorFlow's
+rebatch would cut 2, 2, 1, 0."""
 import hashlib
 import os
 import sys
@@ -11,7 +12,8 @@ import tensorflow as tf
 keras = tf.keras
 strategy = tf.distribute.MultiWorkerMirroredStrategy() if "--own-strategy" in sys.argv else tf.distribute.get_strategy()
 rng = np.random.default_rng(0)
-x = rng.normal(size=(66, 8, 8, 1)).astype("float32")
+samples = int(sys.argv[sys.argv.index("--samples") + 1]) if "--samples" in sys.argv else 66
+x = rng.normal(size=(samples, 8, 8, 1)).astype("float32")
 y = (x.mean(axis=(1, 2, 3)) > 0).astype("int64")
 with strategy.scope():
     keras.utils.set_random_seed(0)
