@@ -75,14 +75,13 @@ def _first_length(structure: Any) -> int:
     return int(tf.nest.flatten(structure)[0].shape[0])
 
 
-def array_dataset(arrays: tuple, batch_size: int, shuffle: bool, replicas: int,
-                  rank: int = 0, size: int = 1) -> Any:
+def array_dataset(arrays: tuple, batch_size: int, shuffle: bool, rank: int = 0, size: int = 1) -> Any:
     """A tf.data pipeline of global batches of `arrays` (x[, y[, sample_weight]]), reshuffled every epoch with a
     seed shared by the ranks; with size > 1, only this rank's slice of each global batch."""
     import tensorflow as tf
 
     samples = _first_length(arrays)
-    bounds = batch_bounds(samples, batch_size, replicas)
+    bounds = batch_bounds(samples, batch_size, size)
     starts, ends = zip(*[share(end - start, rank, size) for start, end in bounds])
     offsets = [start for start, _ in bounds]
     starts = tf.constant([o + s for o, s in zip(offsets, starts)], tf.int64)
@@ -282,19 +281,16 @@ def adapt_fit_arguments(arguments: dict, keras: Any, *, rank: int, size: int, no
             arrays = tf.nest.map_structure(lambda a: a[:cut], arrays)
         arguments["validation_split"] = 0.0
         shuffle = arguments.get("shuffle", True) is not False
-        arguments["x"] = array_dataset(arrays, batch_size, shuffle, size, rank, size)
+        arguments["x"] = array_dataset(arrays, batch_size, shuffle, rank, size)
         for name in ("y", "sample_weight", "batch_size"):
             arguments.pop(name, None)
         done = f"arrays in global batches of {batch_size}"
-    elif x is not None and _is_dataset(x):
-        if is_sharded(x):
-            note("the script shards its dataset itself: left as it is")
-            return
-        arguments["x"] = rank_slices(even_out_last_batch(x, size), rank, size)
-        done = "tf.data batches taken as global batches"
-    elif x is not None and _is_sequence(keras, x):
-        arguments["x"] = rank_share_of_sequence(keras, x, rank, size)
-        done = "PyDataset batches taken as global batches"
+    elif x is not None and _is_dataset(x) and is_sharded(x):
+        note("the script shards its dataset itself: left as it is")
+        return
+    elif x is not None and (shared := _share_of_batches(x, keras, rank, size)) is not None:
+        arguments["x"], kind = shared
+        done = f"{kind} batches taken as global batches"
     elif x is not None and hasattr(x, "__next__"):
         generator = x
         arguments["x"] = (_cut_structure(batch, rank, size) for batch in generator)
@@ -330,9 +326,17 @@ def _adapt_validation(arguments: dict, keras: Any, batch_size: int, rank: int, s
     validation_batch = arguments.get("validation_batch_size") or batch_size
     if isinstance(data, tuple) and data and all(d is None or is_array_input(d) for d in data):
         arrays = tuple(d for d in data if d is not None)
-        arguments["validation_data"] = array_dataset(arrays, validation_batch, False, size, rank, size)
+        arguments["validation_data"] = array_dataset(arrays, validation_batch, False, rank, size)
         arguments.pop("validation_batch_size", None)
-    elif _is_dataset(data) and not is_sharded(data):
-        arguments["validation_data"] = rank_slices(even_out_last_batch(data, size), rank, size)
-    elif _is_sequence(keras, data):
-        arguments["validation_data"] = rank_share_of_sequence(keras, data, rank, size)
+    elif not (_is_dataset(data) and is_sharded(data)) and (shared := _share_of_batches(data, keras, rank, size)):
+        arguments["validation_data"] = shared[0]
+
+
+def _share_of_batches(data: Any, keras: Any, rank: int, size: int) -> tuple[Any, str] | None:
+    """This rank's share of input that yields global batches (tf.data, PyDataset/Sequence) and what it was;
+    None for anything else."""
+    if _is_dataset(data):
+        return rank_slices(even_out_last_batch(data, size), rank, size), "tf.data"
+    if _is_sequence(keras, data):
+        return rank_share_of_sequence(keras, data, rank, size), "PyDataset"
+    return None

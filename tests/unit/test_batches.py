@@ -51,7 +51,7 @@ def tf():
 def test_the_ranks_partition_every_epoch_of_shuffled_arrays(tf, ranks):
     x = {"pixels": np.arange(66, dtype="float32").reshape(66, 1)}
     y = np.arange(66)
-    per_rank = [array_dataset((x, y), 16, True, ranks, rank, ranks) for rank in range(ranks)]
+    per_rank = [array_dataset((x, y), 16, True, rank, ranks) for rank in range(ranks)]
     orders = []
     for _epoch in range(2):
         seen, steps = [], set()
