@@ -1,11 +1,12 @@
-"""Safe saves, backup-and-restore, and stopping cleanly on a signal.
+"""Safe saves and backup-and-restore.
 
 - `save_model`: atomic (temp path beside the target, then rename), chief-only. In MWM reading ON_READ variables
   is collective, so the chief reads them locally (compat/adopt.local_reads): a chief-only save completes.
 - `Backup`: Keras' BackupAndRestore (it already gives MWM's chief/worker dirs and mid-epoch resume), plus a
   fallback to the previous checkpoint when the newest is corrupt, and Horovod's "rank 0 writes" rule.
-- `StopOnSignal`: SIGTERM/SIGUSR1 set a flag; ranks agree on it with one small all-reduce every few steps so all
-  stop at the same step; then a checkpoint is written and `Preempted` ends the run with EXIT_PREEMPTED.
+- Both backups write `position.json` (epochs done, steps into the next) beside each checkpoint, for the run's
+  first log line, and survive a failed write (a full disk, a quota): the previous checkpoint stays, training
+  goes on. `save_now` is what a stop on a signal (stopping.py) and a timed checkpoint call.
 """
 
 from __future__ import annotations
@@ -16,25 +17,14 @@ import json
 import os
 import re
 import shutil
-import signal
 import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from . import workdirs
-from .errors import EXIT_PREEMPTED, DistrainError, EnvironmentProblem
+from . import runs, workdirs
+from .errors import EnvironmentProblem
 from .log import get as log
 from .plan import Plan
-
-
-class Preempted(DistrainError):
-    def __init__(self, signame: str, where: str | None) -> None:
-        if where is None:
-            said = (f"stopped on {signame}; distrain saved nothing (its checkpoints are off: DISTRAIN_CHECKPOINT=0 "
-                    "or your own BackupAndRestore), so a rerun resumes only from what your script saved")
-        else:
-            said = f"stopped on {signame} after saving a checkpoint at {where}; rerun to resume"
-        super().__init__(said, EXIT_PREEMPTED)
 
 
 def _temp_sibling(path: str, tag: str) -> str:
@@ -131,9 +121,24 @@ def make_backup_callback(plan: Plan, keras: Any) -> Any:
             for manager in {id(m): m for m in (state.read_checkpoint_manager, state.write_checkpoint_manager)}.values():
                 manager._max_to_keep = 2  # keep one older checkpoint to fall back to
 
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            self._position = (epoch + 1, 0)
+            super().on_epoch_end(epoch, logs)
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            self._position = (self._current_epoch, batch + 1)
+            super().on_train_batch_end(batch, logs)
+
         def _backup(self, epoch: int, batch: int = 0) -> None:
-            super()._backup(epoch=epoch, batch=batch)
-            workdirs.make_tree_private(self.backup_dir)  # TensorFlow writes with the umask: make it 0600/0700
+            # the chief cleans up after a failed write of its own; other ranks' files are theirs (MWM: workertemp)
+            chief_dir = os.path.join(self.backup_dir, "chief") if plan.is_chief else None
+            before = set(glob.glob(os.path.join(chief_dir, "ckpt-*"))) if chief_dir else set()
+            self.written = _write_guarded(lambda: super(Backup, self)._backup(epoch=epoch, batch=batch), chief_dir,
+                                          before)
+            if self.written:
+                if chief_dir:
+                    runs.write_position(chief_dir, *self._position)
+                workdirs.make_tree_private(self.backup_dir)  # TensorFlow writes with the umask: make it 0600/0700
 
         def _restore_guarded(self, begin: Callable[..., Any]) -> None:
             chief_dir = os.path.join(self.backup_dir, "chief")
@@ -151,18 +156,24 @@ def make_backup_callback(plan: Plan, keras: Any) -> Any:
             if epoch >= 0 and plan.is_chief:
                 log().info(f"resumed from checkpoint in {chief_dir} (epoch {epoch + 1} done)")
 
-        def stop_now(self, epoch: int, batch: int) -> str:
-            """Write a checkpoint that resumes at the right place after a signal."""
+        def save_now(self, epoch: int, batch: int) -> str | None:
+            """Write a checkpoint now (a signal, a timed checkpoint); say where a resume starts, None if it failed."""
             if self.save_freq == "epoch":
                 # epoch-level resume restarts at saved_epoch + 1: mark the interrupted epoch as not done
                 self._training_state._ckpt_saved_epoch.assign(epoch - 1)
+                self._position = (epoch, 0)
                 self._backup(epoch=epoch - 1)
-                return f"the start of epoch {epoch + 1}, with its partial progress"
-            self._backup(epoch=epoch, batch=batch)
-            return f"epoch {epoch + 1} step {batch + 1}"
+                where = f"the start of epoch {epoch + 1}, with its partial progress"
+            else:
+                self._position = (epoch, batch + 1)
+                self._backup(epoch=epoch, batch=batch)
+                where = f"epoch {epoch + 1} step {batch + 1}"
+            return where if self.written else None
 
     save_freq: Any = plan.checkpoint_every or "epoch"
-    return Backup(backup_dir=plan.checkpoint_dir, save_freq=save_freq)
+    backup = Backup(backup_dir=plan.checkpoint_dir, save_freq=save_freq)
+    backup._position, backup.written = (0, 0), False
+    return backup
 
 
 def _keras3_backup(plan: Plan, keras: Any) -> Any:
@@ -216,27 +227,38 @@ def _keras3_backup(plan: Plan, keras: Any) -> Any:
             if plan.is_chief:
                 shutil.rmtree(chief_dir, ignore_errors=True)
 
-        def _save(self, epochs_done: int) -> None:
+        def _save(self, epochs_done: int) -> bool:
             if not plan.is_chief:
-                return  # the chief reads locally: nothing collective for the others to join
+                return True  # the chief reads locally: nothing collective for the others to join
             os.makedirs(chief_dir, mode=0o700, exist_ok=True)
             newest = newest_checkpoint(chief_dir)
             number = int(newest.rsplit("-", 1)[1]) + 1 if newest else 1
             prefix = os.path.join(chief_dir, f"ckpt-{number}")
-            tmp = os.path.join(chief_dir, f".tmp-{os.getpid()}.weights.h5")
-            with _local_reads(plan):
-                self.model.save_weights(tmp)
-            os.replace(tmp, prefix + ".weights.h5")
-            with open(prefix + ".json.tmp", "w") as handle:
-                json.dump({"epochs_done": epochs_done}, handle)
-            os.replace(prefix + ".json.tmp", prefix + ".json")  # last: a checkpoint without it does not exist
+
+            def write() -> None:
+                tmp = os.path.join(chief_dir, f".tmp-{os.getpid()}.weights.h5")
+                try:
+                    with _local_reads(plan):
+                        self.model.save_weights(tmp)
+                    os.replace(tmp, prefix + ".weights.h5")
+                    with open(prefix + ".json.tmp", "w") as handle:
+                        json.dump({"epochs_done": epochs_done}, handle)
+                    os.replace(prefix + ".json.tmp", prefix + ".json")  # last: without it there is no checkpoint
+                    runs.write_position(chief_dir, epochs_done, 0)
+                finally:
+                    _remove(tmp)
+
+            if not _write_guarded(write, chief_dir, set(glob.glob(prefix + ".*")) - {prefix + ".json"}):
+                return False
             for old in sorted(glob.glob(os.path.join(chief_dir, "ckpt-*.json")), key=_number)[:-2]:
                 for path in glob.glob(old[: -len(".json")] + ".*"):
                     _remove(path)
             workdirs.make_tree_private(chief_dir)
+            return True
 
-        def stop_now(self, epoch: int, batch: int) -> str:  # noqa: ARG002 - same interface as the tf_keras one
-            self._save(epoch)
+        def save_now(self, epoch: int, batch: int) -> str | None:  # noqa: ARG002 - the tf_keras one's interface
+            if not self._save(epoch):
+                return None
             return f"the start of epoch {epoch + 1}, with its partial progress"
 
     return Keras3Backup()
@@ -269,65 +291,25 @@ def _drop_checkpoint(directory: str, prefix: str) -> None:
     os.replace(index + ".tmp", index)
 
 
-class SignalFlag:
-    """Records SIGTERM/SIGUSR1 instead of dying at a random point; the training loop reacts at a step end."""
+def _write_guarded(write: Callable[[], Any], chief_dir: str | None, existing: set[str]) -> bool:
+    """Run a checkpoint write; if it fails (a full disk, a quota), remove what it left half-written in `chief_dir`,
+    say so in one line and go on training: the previous checkpoint is untouched. True if it was written."""
+    try:
+        write()
+        return True
+    except Exception as exc:  # noqa: BLE001 - OSError, h5py's and TensorFlow's own errors for ENOSPC/EDQUOT
+        if chief_dir is None:
+            log().warning(f"checkpoint not written ({_why(exc)}); training goes on")
+            return False
+        for path in set(glob.glob(os.path.join(chief_dir, "ckpt-*"))) - existing:
+            _remove(path)
+        why = _why(exc)
+        previous = newest_checkpoint(chief_dir)
+        log().warning(f"checkpoint not written ({why}): "
+                      + (f"the previous one ({previous}) stays; " if previous else "no earlier checkpoint; ")
+                      + "training goes on: free space in the checkpoint directory")
+        return False
 
-    def __init__(self) -> None:
-        self.signame: str | None = None
 
-    def install(self) -> None:
-        for sig in (signal.SIGTERM, signal.SIGUSR1):
-            signal.signal(sig, self._handle)
-
-    def _handle(self, signum: int, frame: Any) -> None:  # noqa: ARG002
-        self.signame = signal.Signals(signum).name
-        log().warning(f"received {self.signame}: will checkpoint and stop at the next agreed step")
-
-
-FLAG = SignalFlag()
-
-
-def make_stop_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Any) -> Any:
-    """Stop every rank at the same step once any rank got a signal, with a checkpoint first."""
-    # each check is one small all-reduce, a sync point: every 50 steps keeps its cost near 0.1% of a step and
-    # still stops within seconds of the signal (Slurm's --signal warns minutes ahead)
-    every = max(1, int(os.environ.get("DISTRAIN_SIGNAL_CHECK_EVERY", "50")))
-    sync = None
-    if plan.size > 1 and engine.hvd is None:
-        strategy = engine.strategy
-
-        @tf.function
-        def sync(flag):  # noqa: ANN001, ANN202 - in-graph: an eager collective costs far more than the step
-            return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.identity(flag)), axis=None)
-
-    def agreed() -> bool:
-        local = tf.constant(1.0 if FLAG.signame else 0.0)
-        if plan.size == 1:
-            return bool(FLAG.signame)
-        if engine.hvd is not None:
-            return bool(engine.hvd.allreduce(local, op=engine.hvd.Sum, name="distrain_stop").numpy() > 0)
-        return bool(sync(local).numpy() > 0)  # ReduceOp has no MAX: any rank's flag makes the sum > 0
-
-    class StopOnSignal(keras.callbacks.Callback):
-        def __init__(self) -> None:
-            super().__init__()
-            self._supports_tf_logs = True  # no per-step conversion of logs to numpy (a sync point)
-            self._epoch = 0
-            self._steps = 0
-
-        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            self._epoch = epoch
-
-        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            self._steps += 1
-            if self._steps % every or not agreed():
-                return
-            where = backup.stop_now(self._epoch, batch) if backup is not None else None
-            # The stop is decided and saved: a later TERM must not turn this rank's exit 75 into "killed". It
-            # does come: srun --kill-on-bad-exit terminates the other tasks as soon as the first one exits 75,
-            # and the job script then misses the 75 it requeues on.
-            for sig in (signal.SIGTERM, signal.SIGUSR1):
-                signal.signal(sig, signal.SIG_IGN)
-            raise Preempted(FLAG.signame or "a signal on another rank", where)
-
-    return StopOnSignal()
+def _why(exc: BaseException) -> str:
+    return getattr(exc, "strerror", None) or getattr(exc, "message", None) or str(exc).splitlines()[0][:160]

@@ -78,7 +78,9 @@ def main_options(
     """distrain: one train.py, every mode."""
 
 
-PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": ["--distrain-help"]}
+# Everything after the script is the script's: `distrain run train.py --help` is train.py's --help, and
+# `distrain run --help` (before any script) is this command's.
+PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
 SCRIPT_ARG = typer.Argument(..., help="The training script; its arguments follow.")
@@ -91,17 +93,23 @@ def run(ctx: typer.Context, script: str = SCRIPT_ARG) -> None:
     from . import log, runner, runtime
 
     path = runner.check_script(script)
-    plan = detect(os.environ, script=path)
+    plan = detect(os.environ, script=path, argv=list(ctx.args))
     runtime.apply_checks(plan)
     runtime.STATE.plan = plan
     logger = log.configure(plan.prefix)
     if plan.checkpoint_workdir:
+        from . import runs
         from .checkpoint import check_writable
         from .workdirs import prepare
 
         what = "the checkpoint directory (DISTRAIN_CHECKPOINT_DIR)"
         prepare(plan.checkpoint_workdir, what, warn=logger.warning)
         check_writable(plan.checkpoint_dir, what)
+        identity = runs.RunIdentity(plan.run_name, plan.run_key, "")
+        first = runs.open_run(plan.checkpoint_dir, identity, plan.rank, [path, *ctx.args], plan.resume,
+                              plan.checkpoint_dir_named)
+        if plan.is_chief:
+            logger.info(first)
     devices = f"GPU {','.join(plan.devices)}" if plan.devices else "CPU"
     if plan.is_chief:
         logger.info(f"{plan.mode} on {plan.size} worker(s); {dict(plan.reasons)['mode']}")
@@ -172,18 +180,27 @@ def _resume_note(plan: Plan) -> str | None:
     why = problem(plan.checkpoint_workdir)
     if why:
         return f"checkpoint: not used, {why}"
+    from .runs import describe, read_position
+
     newest = newest_checkpoint(os.path.join(plan.checkpoint_dir, "chief"))
-    return f"resume: a checkpoint exists ({newest}); the next fit() resumes from it" if newest else None
+    if not newest:
+        return None
+    if not plan.resume:
+        return f"resume: no, DISTRAIN_RESUME=0 (the checkpoint {newest} will be removed)"
+    position = read_position(plan.checkpoint_dir)
+    at = f" at {describe(position)}" if position else ""
+    return f"resume: a checkpoint exists ({newest}); the next fit() resumes from it{at}"
 
 
-@app.command("plan")
+@app.command("plan", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 @reports_errors
 def plan_cmd(
-    script: Optional[str] = typer.Argument(None, help="Script name (only names the checkpoint dir)."),
+    ctx: typer.Context,
+    script: Optional[str] = typer.Argument(None, help="The script and its arguments: they name the run."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Print what would run here, and why, without importing TensorFlow."""
-    plan = detect(os.environ, script=script)
+    plan = detect(os.environ, script=script, argv=list(ctx.args))
     if as_json:
         data = plan.to_dict()
         data["resume"] = _resume_note(plan)

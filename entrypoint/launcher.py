@@ -2,10 +2,15 @@
 
 Like horovodrun's launcher: if any worker fails, the others are terminated (then killed) and the launcher
 exits non-zero within seconds, naming the rank. A worker that is killed by a signal counts as failed.
+
+It always stops: the first SIGTERM/SIGUSR1/Ctrl-C is forwarded (the workers checkpoint and exit 75); workers
+still running `DISTRAIN_KILL_WAIT` seconds later (30, Slurm's KillWait) are killed, and a second Ctrl-C kills
+them at once. A worker that exits 75 leaves the others the same time to finish their own checkpoint.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -40,12 +45,11 @@ def _port_free(port: int) -> bool:
             return False
 
 
-def worker_env(base: dict[str, str], workers: list[str], index: int, run_id: str) -> dict[str, str]:
+def worker_env(base: dict[str, str], workers: list[str], index: int) -> dict[str, str]:
     env = dict(base)
     env["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
     env["DISTRAIN_MODE"] = "mwm"
     env["DISTRAIN_LAUNCHER"] = "1"
-    env.setdefault("DISTRAIN_RUN_ID", run_id)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -57,11 +61,19 @@ def _pump(stream, prefix: str, out) -> None:  # noqa: ANN001
     stream.close()
 
 
-def launch(n: int, script: str, args: list[str], port: int | None = None, grace: float = 5.0,
-           run_id: str | None = None) -> int:
+def kill_wait(env: dict[str, str]) -> float:
+    raw = env.get("DISTRAIN_KILL_WAIT") or "30"
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        raise ConfigError(f"DISTRAIN_KILL_WAIT={raw!r} is not a number of seconds") from None
+
+
+def launch(n: int, script: str, args: list[str], port: int | None = None, grace: float = 5.0) -> int:
     """Run N workers; return 0 if all succeeded, else the first failure's code (EXIT_WORKER_FAILED if killed)."""
     if n < 1:
         raise ConfigError(f"-n {n}: need at least one worker")
+    wait_after_signal = kill_wait(dict(os.environ))
     if port is not None:
         ports = list(range(port, port + n))
         busy = [p for p in ports if not _port_free(p)]
@@ -70,11 +82,10 @@ def launch(n: int, script: str, args: list[str], port: int | None = None, grace:
     else:
         ports = free_ports(n)
     workers = [f"localhost:{p}" for p in ports]
-    run_id = run_id or f"launch-{os.getpid()}"
     procs: list[subprocess.Popen] = []
     pumps: list[threading.Thread] = []
     for index in range(n):
-        env = worker_env(dict(os.environ), workers, index, run_id)
+        env = worker_env(dict(os.environ), workers, index)
         command = ["bench"] if script == "bench" else ["run", script]  # `distrain launch -n 2 bench ...`
         proc = subprocess.Popen(
             [sys.executable, "-m", "entrypoint", *command, *args],
@@ -86,7 +97,15 @@ def launch(n: int, script: str, args: list[str], port: int | None = None, grace:
         thread.start()
         pumps.append(thread)
 
+    signalled: list[tuple[int, float]] = []  # (signal, when) the launcher got
+    interrupted: list[bool] = []  # a second Ctrl-C
+
     def forward(signum: int, frame) -> None:  # noqa: ANN001, ARG001 - preemption reaches every worker
+        if signum == signal.SIGINT and any(s == signal.SIGINT for s, _ in signalled):
+            interrupted.append(True)
+            _kill_all(procs)  # the second Ctrl-C: now
+            return
+        signalled.append((signum, time.monotonic()))
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signum)
@@ -95,19 +114,37 @@ def launch(n: int, script: str, args: list[str], port: int | None = None, grace:
         signal.signal(sig, forward)
 
     failed: tuple[int, int] | None = None
+    stopping_since: float | None = None  # a worker exited 75: the others are finishing their checkpoint
+    killed_after_signal = False
     while True:
         codes = [p.poll() for p in procs]
         bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
-        if bad:
-            failed = bad[0]
+        if all(c is not None for c in codes):
+            failed = failed or (bad[0] if bad else None)
             break
-        if all(c == 0 for c in codes):
+        if bad and failed is None:
+            failed = bad[0]
+            if failed[1] != EXIT_PREEMPTED:
+                break
+            stopping_since = time.monotonic()
+        started = [t for _, t in signalled] + ([stopping_since] if stopping_since else [])
+        if started and time.monotonic() - min(started) > wait_after_signal:
+            killed_after_signal = True
+            _kill_all(procs)
             break
         time.sleep(0.1)
-    if failed is not None:
+    if failed is not None and not killed_after_signal:
         _stop_all(procs, grace)
     for thread in pumps:
         thread.join(timeout=2)
+    if interrupted:
+        sys.stderr.write("distrain launch: interrupted (a second Ctrl-C): the workers were killed\n")
+        return 130
+    if killed_after_signal:
+        stuck = [i for i, c in enumerate(codes) if c is None]
+        sys.stderr.write(f"distrain launch: worker(s) {', '.join(map(str, stuck))} had not stopped "
+                         f"{wait_after_signal:g} s after the stop (DISTRAIN_KILL_WAIT): killed\n")
+        return failed[1] if failed and failed[1] == EXIT_PREEMPTED else 128 + signalled[0][0] if signalled else 137
     if failed is None:
         return 0
     rank, code = failed
@@ -123,14 +160,23 @@ def launch(n: int, script: str, args: list[str], port: int | None = None, grace:
     return code
 
 
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+            os.killpg(proc.pid, sig)
+
+
+def _kill_all(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        _signal_group(p, signal.SIGKILL)
+    for p in procs:
+        p.wait()
+
+
 def _stop_all(procs: list[subprocess.Popen], grace: float) -> None:
     for p in procs:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGTERM)
+        _signal_group(p, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and any(p.poll() is None for p in procs):
         time.sleep(0.1)
-    for p in procs:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+    _kill_all(procs)

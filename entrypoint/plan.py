@@ -14,9 +14,8 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
-from . import slurm, workdirs
+from . import runs, slurm, workdirs
 from .errors import ConfigError
 from .workdirs import WorkDir
 
@@ -55,6 +54,12 @@ class Plan:
     checkpoint_dir: str | None = None
     checkpoint_owned_from: str | None = None  # a default location: checked like ~/.ssh before use (workdirs)
     checkpoint_every: int = 0
+    checkpoint_minutes: float = 0.0  # also checkpoint when this long has passed since the last one (0: off)
+    checkpoint_dir_named: bool = False  # DISTRAIN_CHECKPOINT_DIR: the user's own directory
+    run_name: str | None = None
+    run_key: str | None = None  # what a resume must match (runs.identity)
+    resume: bool = True
+    stop_check_seconds: float = 2.0  # how often (wall time) the ranks agree on a stop or a timed checkpoint
     collective_timeout: float | None = None
     env_set: tuple[tuple[str, str], ...] = ()
     env_unset: tuple[str, ...] = ()
@@ -102,6 +107,8 @@ class Plan:
         ]
         if self.cluster:
             rows.append(("cluster", " ".join(self.cluster), why.get("cluster", "")))
+        if self.run_name:
+            rows.append(("run", self.run_name, why.get("run", "")))
         rows.append(("checkpoint", self.checkpoint_dir or "off", why.get("checkpoint", "")))
         if self.env_set:
             names = " ".join(name for name, _ in self.env_set)
@@ -214,19 +221,30 @@ def _pick_devices(mode: str, gpus: tuple[str, ...], local_rank: int, local_size:
     return block, f"{share} of the node's {len(gpus)} GPUs, by local rank {local_rank}; MWM mirrors over them"
 
 
-def _checkpoint_dir(env: Mapping[str, str], script: str | None) -> tuple[WorkDir | None, str]:
+def _checkpoint_dir(env: Mapping[str, str], run: runs.RunIdentity) -> tuple[WorkDir | None, str]:
+    """The run's state directory: the user's DISTRAIN_CHECKPOINT_DIR, else one per run under the output dir."""
     if not _flag(env, "DISTRAIN_CHECKPOINT", default=True):
         return None, "DISTRAIN_CHECKPOINT=0"
     if env.get("DISTRAIN_CHECKPOINT_DIR"):
-        return WorkDir(env["DISTRAIN_CHECKPOINT_DIR"]), "DISTRAIN_CHECKPOINT_DIR"
-    run_id = env.get("SLURM_ARRAY_JOB_ID") and f"{env['SLURM_ARRAY_JOB_ID']}_{env.get('SLURM_ARRAY_TASK_ID', '0')}"
-    run_id = run_id or env.get("SLURM_JOB_ID") or env.get("DISTRAIN_RUN_ID") or "local"
-    stem = Path(script).stem if script else "script"
+        return WorkDir(env["DISTRAIN_CHECKPOINT_DIR"]), "DISTRAIN_CHECKPOINT_DIR (resumes only the run it holds)"
     output = workdirs.root(env, "DISTRAIN_OUTPUT_DIR")
-    why = "per job id under the output dir (DISTRAIN_OUTPUT_DIR / $SCRATCH / $WORK / /tmp/$USER)"
+    why = "one per run under the output dir (DISTRAIN_OUTPUT_DIR / $SCRATCH / $WORK / /tmp/$USER)"
     if output.is_default:
         why += f"; private, used only if {output.owned_from} is yours"
-    return output.below("checkpoints", f"{run_id}-{stem}"), why
+    return output.below("runs", run.name), why
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float, minimum: float = 0.0) -> float:
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+    if value < minimum:
+        raise ConfigError(f"{name}={raw!r} must be at least {minimum:g}")
+    return value
 
 
 def installed_versions() -> dict[str, str]:
@@ -284,11 +302,12 @@ def _keras_family(env: Mapping[str, str], script: str | None, versions: Mapping[
 
 
 def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: str | None = None,
-           packages: Mapping[str, str] | None = None) -> Plan:
+           packages: Mapping[str, str] | None = None, argv: Sequence[str] = ()) -> Plan:
     """Decide mode, ranks, devices and cluster from the environment. Pure: no TensorFlow, no side effects.
 
     `gpus` overrides the probe of visible GPU ids (tests pass it; None probes CUDA_VISIBLE_DEVICES//dev).
     `packages` overrides the installed versions of tensorflow/keras/tf_keras (None reads package metadata).
+    `argv` is the script's arguments: with the script, they say which run this is (runs.identity).
     """
     gpus = tuple(gpus) if gpus is not None else probe_gpus(env)
     reasons: dict[str, str] = {}
@@ -427,13 +446,17 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
             reasons["unset"] = "gRPC would send MWM's traffic to the proxy and hang"
 
     hooks = _flag(env, "DISTRAIN_HOOKS", default=True)
-    checkpoint, reasons["checkpoint"] = _checkpoint_dir(env, script)
+    run = runs.identity(env, script, argv)
+    reasons["run"] = run.why
+    checkpoint, reasons["checkpoint"] = _checkpoint_dir(env, run)
     if not hooks:
         checkpoint, reasons["checkpoint"] = None, "off with the hooks (DISTRAIN_HOOKS=0)"
     reasons["hooks"] = "DISTRAIN_HOOKS" if env.get("DISTRAIN_HOOKS") else "default: the script runs unchanged"
     every = _int(env, "DISTRAIN_CHECKPOINT_EVERY") or 0
     if every < 0:
         raise ConfigError("DISTRAIN_CHECKPOINT_EVERY must be a number of steps >= 0")
+    checkpoint_minutes = _seconds(env, "DISTRAIN_CHECKPOINT_MINUTES", 30.0)
+    stop_check_seconds = _seconds(env, "DISTRAIN_STOP_CHECK_SECONDS", 2.0, minimum=0.01)
     reasons["launcher"] = reasons.get("launcher", "what started this process")
     reasons["local_rank"] = "ranks on this host; picks the GPU"
 
@@ -455,6 +478,12 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
         checkpoint_dir=checkpoint.path if checkpoint else None,
         checkpoint_owned_from=checkpoint.owned_from if checkpoint else None,
         checkpoint_every=every,
+        checkpoint_minutes=checkpoint_minutes,
+        checkpoint_dir_named=bool(checkpoint and env.get("DISTRAIN_CHECKPOINT_DIR")),
+        run_name=run.name if checkpoint else None,
+        run_key=run.key if checkpoint else None,
+        resume=runs.resume_wanted(env),
+        stop_check_seconds=stop_check_seconds,
         collective_timeout=collective_timeout,
         env_set=tuple(sorted(env_set.items())),
         env_unset=tuple(env_unset),

@@ -16,7 +16,7 @@ import sys
 import threading
 from typing import Any
 
-from . import batches, checkpoint, sync
+from . import batches, checkpoint, stopping, sync
 from .compat import adopt
 from .engines import Engine
 from .errors import ConfigError
@@ -77,7 +77,7 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
         if plan.checkpoint_dir and not any(isinstance(c, keras.callbacks.BackupAndRestore) for c in user):
             backup = checkpoint.make_backup_callback(plan, keras)
             after.append(backup)
-        after.append(checkpoint.make_stop_callback(plan, keras, tf, engine, backup))
+        after.append(stopping.make_callback(plan, keras, tf, engine, backup))
         args_["callbacks"] = before + user + after
         _adapt_input(engine, keras, self, args_, user)
         if not plan.is_chief:
@@ -171,7 +171,7 @@ def run_script(script: str, argv: list[str], engine: Engine | None) -> None:
             from .compat import script_gpu_pinning
 
             script_gpu_pinning.install(STATE.tf, engine.local_rank)
-        checkpoint.FLAG.install()
+        stopping.FLAG.install()
     elif engine is not None and engine.strategy is not None:
         STATE.tf.distribute.experimental_set_strategy(None)
         log().info("hooks off: the script runs as is, without the default strategy or hooks")

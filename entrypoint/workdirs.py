@@ -43,7 +43,13 @@ class WorkDir:
 
 
 def user_name(env: Mapping[str, str]) -> str:
-    return env.get("USER") or env.get("LOGNAME") or pwd.getpwuid(os.getuid()).pw_name
+    """$USER, else the passwd name, else uid<N> (`docker run --user 1234` runs as a uid with no passwd entry)."""
+    if env.get("USER") or env.get("LOGNAME"):
+        return env.get("USER") or env["LOGNAME"]
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return f"uid{os.getuid()}"
 
 
 def root(env: Mapping[str, str], override: str) -> WorkDir:

@@ -49,7 +49,8 @@ def test_killed_worker_then_rerun_resumes_at_the_last_epoch(tmp_path, family):
 
 @pytest.mark.parametrize("family", KERAS_FAMILIES)
 def test_sigterm_checkpoints_every_rank_and_exits_75_then_resumes(tmp_path, family):
-    env = keras_env(family, DISTRAIN_CHECKPOINT_DIR=str(tmp_path / "ckpt"))
+    # other --epochs on the rerun: a named run (DISTRAIN_RUN) continues whatever its arguments
+    env = keras_env(family, DISTRAIN_CHECKPOINT_DIR=str(tmp_path / "ckpt"), DISTRAIN_RUN="digits")
     proc = start_launch(env, "--epochs", "30")
     read_until(proc, "Epoch 3/")
     proc.send_signal(signal.SIGTERM)
@@ -67,7 +68,7 @@ def test_sigterm_checkpoints_every_rank_and_exits_75_then_resumes(tmp_path, fami
 @pytest.mark.parametrize("family", KERAS_FAMILIES)
 def test_corrupt_newest_checkpoint_falls_back_to_the_previous(tmp_path, family):
     ckpt = tmp_path / "ckpt"
-    env = keras_env(family, DISTRAIN_CHECKPOINT_DIR=str(ckpt))
+    env = keras_env(family, DISTRAIN_CHECKPOINT_DIR=str(ckpt), DISTRAIN_RUN="digits")
     proc = subprocess.Popen([DISTRAIN, "run", "examples/train.py", "--epochs", "50"], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     read_until(proc, "Epoch 5/")

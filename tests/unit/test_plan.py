@@ -136,9 +136,10 @@ def test_legacy_keras_sets_tf_use_legacy_keras_before_tensorflow_loads():
     assert "TF_USE_LEGACY_KERAS" not in dict(detect({"DISTRAIN_KERAS": "keras3"}, gpus=[]).env_set)
 
 
-def test_checkpoint_dir_is_per_job_and_never_in_home():
+def test_checkpoint_dir_is_per_run_and_never_in_home():
     plan = detect({"SLURM_JOB_ID": "99", "HOME": "/home/u", "SCRATCH": "/scratch/u"}, gpus=[], script="train.py")
-    assert plan.checkpoint_dir == "/scratch/u/distrain/checkpoints/99-train"
+    assert plan.checkpoint_dir == f"/scratch/u/distrain/runs/{plan.run_name}"
+    assert plan.run_name.startswith("train-")
     assert detect({"DISTRAIN_CHECKPOINT": "0"}, gpus=[]).checkpoint_dir is None
 
 

@@ -24,7 +24,7 @@ def test_default_roots_say_where_ownership_is_checked_from():
 
 def test_the_plan_carries_the_checkpoint_dirs_check():
     plan = detect({"USER": "u", "SLURM_JOB_ID": "7"}, gpus=[], script="train.py")
-    assert plan.checkpoint_workdir == WorkDir("/tmp/u/distrain/checkpoints/7-train", owned_from="/tmp/u")
+    assert plan.checkpoint_workdir == WorkDir(f"/tmp/u/distrain/runs/{plan.run_name}", owned_from="/tmp/u")
     plan = detect({"DISTRAIN_CHECKPOINT_DIR": "/proj/ck"}, gpus=[])
     assert plan.checkpoint_workdir == WorkDir("/proj/ck")
 

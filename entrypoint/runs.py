@@ -1,0 +1,151 @@
+"""What a run is, and its state directory: a run only ever resumes itself.
+
+A run is its script and its arguments (plus the Slurm job name and array task), or the name in `DISTRAIN_RUN`:
+the same command resumes (a requeue, a resubmission, a rerun); a different one starts fresh in its own
+directory. Keying the state by the job id (as before) made a resubmitted job start over, and keying it by the
+script's name alone let `train.py --lr 0.5` resume the checkpoint of `train.py --lr 0.01`.
+
+The identity is decided in `detect` (pure); `open_run` is the one place that touches the directory at start-up:
+a per-rank lock (a run whose state a live process holds is refused, never trained on twice at once), the
+identity check for a directory the user named, `DISTRAIN_RESUME=0`, and the first log line of the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ConfigError
+
+IDENTITY_FILE = "run.json"
+POSITION_FILE = "position.json"  # written beside each checkpoint: where a resume starts (epoch, step)
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    name: str  # readable: the script's stem and a digest of the command, or DISTRAIN_RUN
+    key: str  # what must match for a resume: the digest of the command, or the DISTRAIN_RUN name
+    why: str
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("._") or "run"
+
+
+def identity(env: Mapping[str, str], script: str | None, argv: Sequence[str]) -> RunIdentity:
+    """The run this command is. Pure: from the environment, the script path and its arguments."""
+    array = env.get("SLURM_ARRAY_TASK_ID")
+    suffix = f"-task{_safe(array)}" if array else ""
+    named = (env.get("DISTRAIN_RUN") or "").strip()
+    if named:
+        return RunIdentity(_safe(named) + suffix, "name:" + named + suffix,
+                           "named by DISTRAIN_RUN: resumes whatever the arguments")
+    command = [os.path.abspath(script) if script else "", *argv]
+    parts = [*command, "\0job:" + env.get("SLURM_JOB_NAME", ""), "\0array:" + (array or "")]
+    digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:10]
+    stem = Path(script).stem if script else "script"
+    why = "the script and its arguments" + (" and the Slurm job name" if env.get("SLURM_JOB_NAME") else "")
+    return RunIdentity(f"{_safe(stem)}-{digest}{suffix}", digest + suffix, why)
+
+
+def resume_wanted(env: Mapping[str, str]) -> bool:
+    value = (env.get("DISTRAIN_RESUME") or "1").strip().lower()
+    if value not in ("0", "1", "no", "yes", "false", "true", "off", "on"):
+        raise ConfigError(f"DISTRAIN_RESUME={env['DISTRAIN_RESUME']!r}: expected 1 (resume, the default) or 0")
+    return value in ("1", "yes", "true", "on")
+
+
+_LOCKS: dict[str, int] = {}  # lock path -> file descriptor, held for the life of the process
+
+
+def _lock(directory: str, rank: int) -> None:
+    """Hold `.lock-rank<r>` for the life of this process; refuse if a live process holds it."""
+    path = os.path.join(directory, f".lock-rank{rank}")
+    if path in _LOCKS:
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EACCES):
+            holder = Path(path).read_text().strip() or "another process"
+            raise ConfigError(
+                f"this run's state in {directory} is in use by {holder} (the same command is already running): "
+                "wait for it, stop it, or give this one another name with DISTRAIN_RUN") from None
+        return  # a filesystem without locks (some Lustre mounts): run unlocked rather than not at all
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()} on {os.uname().nodename}".encode())
+    _LOCKS[path] = fd
+
+
+def read_position(state_dir: str) -> dict | None:
+    """{'epoch': E, 'step': S} of the newest checkpoint (E epochs done, S steps into the next), or None."""
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        with open(os.path.join(state_dir, "chief", POSITION_FILE)) as handle:
+            data = json.load(handle)
+        return {"epoch": int(data["epoch"]), "step": int(data["step"])}
+    return None
+
+
+def write_position(chief_dir: str, epochs_done: int, step: int) -> None:
+    tmp = os.path.join(chief_dir, f".{POSITION_FILE}.tmp-{os.getpid()}")
+    with open(tmp, "w") as handle:
+        json.dump({"epoch": epochs_done, "step": step}, handle)
+    os.replace(tmp, os.path.join(chief_dir, POSITION_FILE))
+
+
+def _recorded(state_dir: str) -> dict | None:
+    with contextlib.suppress(OSError, ValueError), open(os.path.join(state_dir, IDENTITY_FILE)) as handle:
+        return json.load(handle)
+    return None
+
+
+def _has_state(state_dir: str) -> bool:
+    return os.path.isdir(os.path.join(state_dir, "chief")) and bool(os.listdir(os.path.join(state_dir, "chief")))
+
+
+def open_run(state_dir: str, run: RunIdentity, rank: int, command: Sequence[str], resume: bool,
+             user_named_dir: bool) -> str:
+    """Lock, check and (chief) record the run's state dir; return the run's first log line.
+
+    The chief clears the state for DISTRAIN_RESUME=0 before the engine starts: the strategy's (or Horovod's)
+    rendezvous then orders this before any rank's fit reads a checkpoint.
+    """
+    _lock(state_dir, rank)
+    recorded = _recorded(state_dir)
+    if recorded and recorded.get("key") != run.key and resume and _has_state(state_dir):
+        where = "DISTRAIN_CHECKPOINT_DIR " if user_named_dir else ""
+        raise ConfigError(
+            f"{where}{state_dir} holds the state of another run ({recorded.get('name')}: "
+            f"{' '.join(recorded.get('command', []))}), not of this one: give this run its own "
+            "DISTRAIN_CHECKPOINT_DIR, name both the same with DISTRAIN_RUN to continue it with other arguments, "
+            "or set DISTRAIN_RESUME=0 to start over there")
+    if rank == 0:
+        if not resume:
+            shutil.rmtree(os.path.join(state_dir, "chief"), ignore_errors=True)
+        tmp = os.path.join(state_dir, f".{IDENTITY_FILE}.tmp-{os.getpid()}")
+        with open(tmp, "w") as handle:
+            json.dump({"name": run.name, "key": run.key, "command": list(command)}, handle)
+        os.replace(tmp, os.path.join(state_dir, IDENTITY_FILE))
+    position = read_position(state_dir) if resume else None
+    if position is None and resume and _has_state(state_dir):
+        return f"resuming run {run.name} from its last checkpoint (state in {state_dir})"
+    if position is None:
+        again = " (DISTRAIN_RESUME=0: earlier state removed)" if not resume else ""
+        return f"new run {run.name}{again} (state in {state_dir}; the same command resumes it)"
+    return f"resuming run {run.name} at {describe(position)} (state in {state_dir})"
+
+
+def describe(position: dict) -> str:
+    epoch, step = position["epoch"] + 1, position["step"]
+    return f"epoch {epoch}, step {step + 1}" if step else f"the start of epoch {epoch}"

@@ -1,0 +1,158 @@
+"""Stop within seconds of a signal, and checkpoint on a timer, with every rank at the same step.
+
+SIGTERM, SIGUSR1 and a first Ctrl-C set a flag. The ranks compare notes in one small all-reduce ([any flag,
+mean step time, the chief's "a timed checkpoint is due"]) about every `DISTRAIN_STOP_CHECK_SECONDS` (2 s) of
+wall time. Wall time cannot pick the step by itself (each rank's clock would pick another one, and mismatched
+collectives hang), so each check also sets the next one: `ceil(2 s / the agreed mean step time)` steps later,
+the same number on every rank. 5 ms steps check every 400 steps, 0.6 s steps every 4, steps over 2 s every step:
+no per-step synchronisation, and a stop within about 2 s plus one step. Slurm's KillWait (30 s from SIGTERM to
+SIGKILL) leaves room for the checkpoint.
+
+A signal outside `fit` (data loading, the script's own loop) ends the run at once with exit 75, as before
+distrain: nothing of distrain's is half-done there. A second Ctrl-C interrupts at once (KeyboardInterrupt).
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+from typing import Any
+
+from .errors import EXIT_PREEMPTED, DistrainError
+from .log import get as log
+from .plan import Plan
+
+
+class Preempted(DistrainError):
+    def __init__(self, signame: str, where: str | None, checkpoints_on: bool = False) -> None:
+        if where is not None:
+            said = f"stopped on {signame} after saving a checkpoint at {where}; rerun to resume"
+        elif checkpoints_on:
+            said = (f"stopped on {signame}; the checkpoint could not be written (see above), so a rerun resumes "
+                    "from the previous one")
+        else:
+            said = (f"stopped on {signame}; distrain saved nothing (its checkpoints are off: DISTRAIN_CHECKPOINT=0 "
+                    "or your own BackupAndRestore, or the signal came outside fit), so a rerun resumes only from "
+                    "what your script saved")
+        super().__init__(said, EXIT_PREEMPTED)
+
+
+class SignalFlag:
+    """Records SIGTERM/SIGUSR1/SIGINT instead of dying at a random point; `fit` reacts at an agreed step."""
+
+    def __init__(self) -> None:
+        self.signame: str | None = None
+        self.in_fit = False
+
+    def install(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:  # noqa: ARG002
+        name = signal.Signals(signum).name
+        if signum == signal.SIGINT and self.signame == "SIGINT":
+            raise KeyboardInterrupt  # the second Ctrl-C: now
+        self.signame = name
+        if not self.in_fit:
+            ignore_stop_signals()
+            raise Preempted(name, None)
+        more = " (Ctrl-C again to interrupt at once)" if signum == signal.SIGINT else ""
+        log().warning(f"received {name}: will checkpoint and stop within seconds, at a step all ranks agree on{more}")
+
+
+FLAG = SignalFlag()
+
+
+def ignore_stop_signals() -> None:
+    """The stop is decided: a later TERM must not turn this rank's exit 75 into "killed". It does come: srun
+    --kill-on-bad-exit terminates the other tasks as soon as the first one exits 75, and the job script would
+    then miss the 75 it requeues on."""
+    for sig in (signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Any) -> Any:
+    """The callback that stops every rank at the same step once any rank got a signal (checkpoint first), and
+    writes the timed checkpoints (DISTRAIN_CHECKPOINT_MINUTES) at steps all ranks agree on."""
+    reduce_sum = _reducer(plan, tf, engine)
+    every_seconds = plan.stop_check_seconds
+    timed = plan.checkpoint_minutes * 60 if backup is not None else 0.0
+
+    class StopAndCheckpoint(keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self._supports_tf_logs = True  # no per-step conversion of logs to numpy (a sync point)
+            self._epoch = 0
+            self._steps = 0
+            self._next_check = 1  # the first step (compilation) is measured too
+            self._since = time.monotonic()
+            self._steps_since = 0
+            self._saved_at = time.monotonic()
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            FLAG.in_fit = True
+            if FLAG.signame:  # a signal that came while fit was starting
+                FLAG.in_fit = False
+                ignore_stop_signals()
+                raise Preempted(FLAG.signame, None)
+
+        def on_train_end(self, logs: Any = None) -> None:
+            FLAG.in_fit = False
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self._epoch = epoch
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            if backup is not None and getattr(backup, "save_freq", "epoch") == "epoch":
+                self._saved_at = time.monotonic()
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            self._steps += 1
+            self._steps_since += 1
+            if self._steps < self._next_check:
+                return
+            now = time.monotonic()
+            step_time = (now - self._since) / self._steps_since
+            due = 1.0 if plan.is_chief and timed and now - self._saved_at >= timed else 0.0
+            # a count of ones, not plan.size: under MWM each local replica of a worker adds its copy
+            stop, step_times, checkpoint_due, count = reduce_sum([1.0 if FLAG.signame else 0.0, step_time, due, 1.0])
+            mean_step = step_times / count
+            self._next_check = self._steps + max(1, min(100_000, math.ceil(every_seconds / max(mean_step, 1e-6))))
+            self._since, self._steps_since = time.monotonic(), 0
+            if stop > 0:
+                where = backup.save_now(self._epoch, batch) if backup is not None else None
+                ignore_stop_signals()
+                raise Preempted(FLAG.signame or "a signal on another rank", where, backup is not None)
+            if checkpoint_due > 0:
+                where = backup.save_now(self._epoch, batch)
+                self._saved_at = time.monotonic()
+                if where and plan.is_chief:
+                    log().info(f"timed checkpoint (every {plan.checkpoint_minutes:g} min): resumes at {where}")
+
+    return StopAndCheckpoint()
+
+
+def _reducer(plan: Plan, tf: Any, engine: Any) -> Any:
+    """A function summing a short list of floats over all ranks (in-graph for MWM: an eager collective costs far
+    more than the step)."""
+    if plan.size == 1:
+        return lambda values: values
+    if engine.hvd is not None:
+        hvd = engine.hvd
+
+        def horovod_sum(values: list[float]) -> list[float]:
+            total = hvd.allreduce(tf.constant(values, tf.float32), op=hvd.Sum, name="distrain_stop_check")
+            return [float(v) for v in total.numpy()]
+
+        return horovod_sum
+    strategy = engine.strategy
+
+    @tf.function
+    def in_graph(values):  # noqa: ANN001, ANN202
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.identity(values)), axis=None)
+
+    def mwm_sum(values: list[float]) -> list[float]:
+        return [float(v) for v in in_graph(tf.constant(values, tf.float32)).numpy()]
+
+    return mwm_sum

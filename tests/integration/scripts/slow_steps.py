@@ -1,0 +1,52 @@
+"""A Keras script whose steps take a set time (its input pipeline sleeps), as slow real steps do.
+
+    distrain run slow_steps.py --step-seconds 0.6 --epochs 3 --steps 8
+"""
+
+import argparse
+import hashlib
+import time
+
+import numpy as np
+import tensorflow as tf
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--step-seconds", type=float, default=0.6)
+parser.add_argument("--epochs", type=int, default=3)
+parser.add_argument("--steps", type=int, default=8, help="steps per epoch")
+parser.add_argument("--batch-size", type=int, default=8)
+args = parser.parse_args()
+
+tf.keras.utils.set_random_seed(1)
+n = args.steps * args.batch_size
+x = np.random.default_rng(0).normal(size=(n, 4)).astype("float32")
+y = (x.sum(axis=1) > 0).astype("float32")
+
+
+def slow(features, label):
+    def wait(value):
+        time.sleep(args.step_seconds)
+        return value
+
+    return tf.numpy_function(wait, [features], tf.float32, stateful=True), label
+
+
+dataset = (tf.data.Dataset.from_tensor_slices((x, y)).batch(args.batch_size).map(slow)
+           .map(lambda f, label: (tf.ensure_shape(f, [None, 4]), label)))
+model = tf.keras.Sequential([tf.keras.layers.Input((4,)), tf.keras.layers.Dense(8, activation="relu"),
+                             tf.keras.layers.Dense(1)])
+model.compile(optimizer="sgd", loss=tf.keras.losses.BinaryCrossentropy(from_logits=True))
+
+
+class Steps(tf.keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        print(f"STEP epoch={self.epoch + 1} step={batch + 1} t={time.time():.2f}", flush=True)
+
+
+history = model.fit(dataset, epochs=args.epochs, callbacks=[Steps()], verbose=0)
+losses = history.history["loss"]
+digest = hashlib.sha256(b"".join(np.ascontiguousarray(w).tobytes() for w in model.get_weights())).hexdigest()[:16]
+print(f"RESULT epochs={len(losses)} loss_first={losses[0]:.4f} loss_last={losses[-1]:.4f} weights={digest}", flush=True)

@@ -1,0 +1,84 @@
+"""What a run is: the same command resumes, another one starts fresh; a live run's state is not shared."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from entrypoint import runs
+from entrypoint.errors import ConfigError
+from entrypoint.plan import detect
+
+
+def run_of(argv, **env):
+    return detect({"USER": "u", **env}, gpus=[], script="/home/u/proj/train.py", argv=argv)
+
+
+def test_the_same_command_is_the_same_run_and_other_arguments_another():
+    first, again = run_of(["--lr", "0.01"]), run_of(["--lr", "0.01"])
+    other = run_of(["--lr", "0.5"])
+    assert first.checkpoint_dir == again.checkpoint_dir
+    assert other.checkpoint_dir != first.checkpoint_dir
+    assert first.run_name.startswith("train-") and "/runs/" in first.checkpoint_dir
+
+
+def test_a_resubmitted_job_is_the_same_run_but_another_job_name_or_array_task_is_not():
+    job1 = run_of(["--epochs", "9"], SLURM_JOB_ID="11", SLURM_JOB_NAME="distrain-mwm")
+    job2 = run_of(["--epochs", "9"], SLURM_JOB_ID="12", SLURM_JOB_NAME="distrain-mwm")
+    assert job1.checkpoint_dir == job2.checkpoint_dir  # the job id is not part of the run
+    assert run_of(["--epochs", "9"], SLURM_JOB_NAME="sweep").checkpoint_dir != job1.checkpoint_dir
+    tasks = {run_of([], SLURM_ARRAY_JOB_ID="5", SLURM_ARRAY_TASK_ID=str(t)).checkpoint_dir for t in range(3)}
+    assert len(tasks) == 3
+
+
+def test_distrain_run_names_a_run_whatever_its_arguments():
+    named = run_of(["--epochs", "3"], DISTRAIN_RUN="exp 1/a")
+    assert named.run_name == "exp_1_a"
+    assert run_of(["--epochs", "30"], DISTRAIN_RUN="exp 1/a").checkpoint_dir == named.checkpoint_dir
+
+
+def test_resume_setting():
+    assert run_of([]).resume and not run_of([], DISTRAIN_RESUME="0").resume
+    with pytest.raises(ConfigError, match="DISTRAIN_RESUME"):
+        run_of([], DISTRAIN_RESUME="maybe")
+
+
+def identity(name="a", key="k1"):
+    return runs.RunIdentity(name, key, "")
+
+
+def test_open_run_says_new_then_resuming_at_the_recorded_position(tmp_path):
+    assert runs.open_run(str(tmp_path), identity(), 0, ["train.py"], True, False).startswith("new run a ")
+    chief = tmp_path / "chief"
+    chief.mkdir()
+    (chief / "ckpt-3.json").write_text("{}")
+    runs.write_position(str(chief), 2, 5)
+    line = runs.open_run(str(tmp_path), identity(), 0, ["train.py"], True, False)
+    assert line.startswith("resuming run a at epoch 3, step 6")  # 5 steps of epoch 3 done
+
+
+def test_another_runs_state_is_refused_unless_told_to_start_over(tmp_path):
+    runs.open_run(str(tmp_path), identity("a", "k1"), 0, ["train.py", "--lr", "1"], True, True)
+    (tmp_path / "chief").mkdir()
+    (tmp_path / "chief" / "ckpt-1.json").write_text("{}")
+    with pytest.raises(ConfigError, match=r"holds the state of another run \(a: train.py --lr 1\)"):
+        runs.open_run(str(tmp_path), identity("b", "k2"), 1, ["train.py"], True, True)
+    line = runs.open_run(str(tmp_path), identity("b", "k2"), 0, ["train.py"], False, True)
+    assert "earlier state removed" in line and not (tmp_path / "chief").exists()
+    assert json.loads((tmp_path / "run.json").read_text())["key"] == "k2"
+
+
+def test_a_run_held_by_a_live_process_is_refused(tmp_path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from entrypoint import runs; "
+         f"runs.open_run({str(tmp_path)!r}, runs.RunIdentity('a', 'k', ''), 0, [], True, False); "
+         "print('held', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ConfigError, match="in use by pid"):
+            runs.open_run(str(tmp_path), identity("a", "k"), 0, [], True, False)
+    finally:
+        holder.kill()
+        holder.wait()
+    runs.open_run(str(tmp_path), identity("a", "k"), 0, [], True, False)  # free again once it is gone
