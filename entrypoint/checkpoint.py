@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import json
 import os
@@ -132,9 +133,7 @@ def make_backup_callback(plan: Plan, keras: Any) -> Any:
         def _backup(self, epoch: int, batch: int = 0) -> None:
             # the chief cleans up after a failed write of its own; other ranks' files are theirs (MWM: workertemp)
             chief_dir = os.path.join(self.backup_dir, "chief") if plan.is_chief else None
-            before = set(glob.glob(os.path.join(chief_dir, "ckpt-*"))) if chief_dir else set()
-            self.written = _write_guarded(lambda: super(Backup, self)._backup(epoch=epoch, batch=batch), chief_dir,
-                                          before)
+            self.written = _write_guarded(lambda: super(Backup, self)._backup(epoch=epoch, batch=batch), chief_dir)
             if self.written:
                 if chief_dir:
                     runs.write_position(chief_dir, *self._position)
@@ -248,7 +247,7 @@ def _keras3_backup(plan: Plan, keras: Any) -> Any:
                 finally:
                     _remove(tmp)
 
-            if not _write_guarded(write, chief_dir, set(glob.glob(prefix + ".*")) - {prefix + ".json"}):
+            if not _write_guarded(write, chief_dir):
                 return False
             for old in sorted(glob.glob(os.path.join(chief_dir, "ckpt-*.json")), key=_number)[:-2]:
                 for path in glob.glob(old[: -len(".json")] + ".*"):
@@ -291,9 +290,10 @@ def _drop_checkpoint(directory: str, prefix: str) -> None:
     os.replace(index + ".tmp", index)
 
 
-def _write_guarded(write: Callable[[], Any], chief_dir: str | None, existing: set[str]) -> bool:
+def _write_guarded(write: Callable[[], Any], chief_dir: str | None) -> bool:
     """Run a checkpoint write; if it fails (a full disk, a quota), remove what it left half-written in `chief_dir`,
     say so in one line and go on training: the previous checkpoint is untouched. True if it was written."""
+    existing = set(glob.glob(os.path.join(chief_dir, "ckpt-*"))) if chief_dir else set()
     try:
         write()
         return True
@@ -312,4 +312,10 @@ def _write_guarded(write: Callable[[], Any], chief_dir: str | None, existing: se
 
 
 def _why(exc: BaseException) -> str:
-    return getattr(exc, "strerror", None) or getattr(exc, "message", None) or str(exc).splitlines()[0][:160]
+    """The reason in a few words: h5py and TensorFlow bury strerror in a long message."""
+    text = getattr(exc, "strerror", None) or str(exc)
+    for known in (os.strerror(errno.ENOSPC), os.strerror(errno.EDQUOT), os.strerror(errno.EACCES),
+                  os.strerror(errno.EROFS)):
+        if known in text:
+            return known
+    return text.splitlines()[0][:160] if text else type(exc).__name__

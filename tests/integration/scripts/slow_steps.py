@@ -15,6 +15,7 @@ parser.add_argument("--step-seconds", type=float, default=0.6)
 parser.add_argument("--epochs", type=int, default=3)
 parser.add_argument("--steps", type=int, default=8, help="steps per epoch")
 parser.add_argument("--batch-size", type=int, default=8)
+parser.add_argument("--width", type=int, default=8, help="hidden units (a larger checkpoint)")
 args = parser.parse_args()
 
 tf.keras.utils.set_random_seed(1)
@@ -33,8 +34,8 @@ def slow(features, label):
 
 dataset = (tf.data.Dataset.from_tensor_slices((x, y)).batch(args.batch_size).map(slow)
            .map(lambda f, label: (tf.ensure_shape(f, [None, 4]), label)))
-model = tf.keras.Sequential([tf.keras.layers.Input((4,)), tf.keras.layers.Dense(8, activation="relu"),
-                             tf.keras.layers.Dense(1)])
+model = tf.keras.Sequential([tf.keras.layers.Input((4,)), tf.keras.layers.Dense(args.width, activation="relu"),
+                             tf.keras.layers.Dense(args.width, activation="relu"), tf.keras.layers.Dense(1)])
 model.compile(optimizer="sgd", loss=tf.keras.losses.BinaryCrossentropy(from_logits=True))
 
 

@@ -1,0 +1,170 @@
+"""A run's life: a stop within seconds, each command its own run, one process per run, a full disk survived,
+and a launcher that always stops."""
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import DISTRAIN, KERAS_FAMILIES, ROOT, clean_env, keras_env, run
+
+SLOW = str(ROOT / "tests" / "integration" / "scripts" / "slow_steps.py")
+
+
+def start(cmd, env, **kwargs):
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, **kwargs)
+
+
+def read_until(proc, pattern: str, timeout: float = 180) -> str:
+    seen, deadline = [], time.monotonic() + timeout
+    for line in proc.stdout:
+        seen.append(line)
+        if re.search(pattern, line) or time.monotonic() > deadline:
+            break
+    return "".join(seen)
+
+
+def gone(pgid: int) -> bool:
+    """No process of this process group is left (zombies count as gone)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return False
+    return True
+
+
+@pytest.mark.core
+def test_a_signal_stops_two_workers_with_slow_steps_within_seconds(tmp_path):
+    env = clean_env(DISTRAIN_OUTPUT_DIR=str(tmp_path))
+    proc = start([DISTRAIN, "launch", "-n", "2", SLOW, "--step-seconds", "0.6", "--epochs", "6", "--steps", "8"], env)
+    read_until(proc, r"STEP epoch=2 step=3 ")
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stdout.read()
+    assert proc.wait(timeout=60) == 75, rest
+    latency = time.monotonic() - sent
+    print(f"stop latency, 0.6 s steps, 2 workers: {latency:.1f} s")
+    assert latency < 10, rest
+    assert rest.count("stopped on SIGTERM after saving a checkpoint") == 2, rest
+
+
+def test_each_command_is_its_own_run_and_the_same_command_resumes(tmp_path):
+    env = clean_env(DISTRAIN_OUTPUT_DIR=str(tmp_path))
+    first = ["examples/train.py", "--epochs", "40", "--lr", "0.01"]
+    proc = start([DISTRAIN, "run", *first], env)
+    head = read_until(proc, r"Epoch 3/")
+    assert re.search(r"distrain: new run train-\w+ \(state in ", head), head
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 75
+    other = run([DISTRAIN, "run", "examples/train.py", "--epochs", "2", "--lr", "0.5"], env=env)
+    assert other.returncode == 0, other.stdout[-3000:]
+    assert "new run" in other.stdout and "resuming" not in other.stdout  # another experiment starts fresh
+    assert re.search(r"Epoch 1/2", other.stdout)
+    again = start([DISTRAIN, "run", *first], env)
+    head = read_until(again, r"Epoch \d+/")
+    assert re.search(r"resuming run train-\w+ at the start of epoch [3-9]", head), head
+    assert int(re.search(r"Epoch (\d+)/40", head).group(1)) >= 3
+    # the same command a second time, while the first still runs: refused, not trained on twice at once
+    twice = run([DISTRAIN, "run", *first], env=env)
+    assert twice.returncode == 2 and re.search(r"error: this run's state in .* is in use by pid \d+", twice.stdout)
+    again.send_signal(signal.SIGTERM)
+    assert again.wait(timeout=60) == 75
+    assert sorted(p.name.split("-")[0] for p in (tmp_path / "runs").iterdir()) == ["train", "train"]
+
+
+def test_distrain_resume_0_starts_over(tmp_path):
+    env = clean_env(DISTRAIN_OUTPUT_DIR=str(tmp_path))
+    proc = start([DISTRAIN, "run", "examples/train.py", "--epochs", "40"], env)
+    read_until(proc, r"Epoch 3/")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 75
+    plan = run([DISTRAIN, "plan", "examples/train.py", "--epochs", "40"], env=env)
+    assert re.search(r"resume: a checkpoint exists .* at the start of epoch \d", plan.stdout), plan.stdout
+    fresh = run([DISTRAIN, "run", "examples/train.py", "--epochs", "40"], env=clean_env(
+        DISTRAIN_OUTPUT_DIR=str(tmp_path), DISTRAIN_RESUME="0"), timeout=300)
+    assert fresh.returncode == 0 and "earlier state removed" in fresh.stdout and "Epoch 1/40" in fresh.stdout
+
+
+@pytest.mark.parametrize("family", KERAS_FAMILIES)
+def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one_and_training_goes_on(tmp_path, family):
+    disk = tmp_path / "small"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=700k", "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        env = keras_env(family, DISTRAIN_CHECKPOINT_DIR=str(disk / "ckpt"))
+        # a checkpoint is ~260 kB: one or two fit, then the disk is full
+        cmd = [DISTRAIN, "run", SLOW, "--step-seconds", "0.2", "--epochs", "30", "--steps", "4", "--width", "250"]
+        proc = start(cmd, env)
+        head = read_until(proc, r"checkpoint not written")
+        assert re.search(r"checkpoint not written \(No space left on device\): the previous one \(\S+ckpt-\d\) "
+                         r"stays; training goes on", head), head
+        read_until(proc, r"STEP epoch=\d+ step=2 ")  # it goes on
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.stdout.read()
+        assert proc.wait(timeout=60) == 75, rest
+        assert "the checkpoint could not be written (see above), so a rerun resumes from the previous one" in rest
+        rerun = start(cmd, env)
+        head = read_until(rerun, r"resumed from checkpoint")
+        assert re.search(r"resuming run slow_steps-\w+ at the start of epoch [23]", head), head
+        os.killpg(rerun.pid, signal.SIGKILL)
+        rerun.wait()
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_a_timed_checkpoint_survives_a_hard_kill(tmp_path):
+    env = clean_env(DISTRAIN_OUTPUT_DIR=str(tmp_path), DISTRAIN_CHECKPOINT_MINUTES="0.05")  # every 3 s
+    cmd = [DISTRAIN, "run", SLOW, "--step-seconds", "0.3", "--epochs", "3", "--steps", "40"]
+    proc = start(cmd, env)
+    head = read_until(proc, r"timed checkpoint")
+    assert "timed checkpoint (every 0.05 min): resumes at the start of epoch 1" in head, head
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    rerun = start(cmd, env)
+    head = read_until(rerun, r"run slow_steps")
+    assert "resuming run slow_steps-" in head, head
+    os.killpg(rerun.pid, signal.SIGKILL)
+    rerun.wait()
+
+
+def test_launch_kills_a_stuck_worker_after_the_kill_wait_and_leaves_nothing_behind(tmp_path):
+    env = clean_env(DISTRAIN_OUTPUT_DIR=str(tmp_path), DISTRAIN_KILL_WAIT="10")
+    # the second step blocks for 1000 s: the workers never reach a point where they could stop
+    proc = start([DISTRAIN, "launch", "-n", "2", SLOW, "--step-seconds", "1000", "--epochs", "1"], env)
+    read_until(proc, r"rank 1 of 2")
+    time.sleep(5)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stdout.read()
+    code = proc.wait(timeout=60)
+    assert time.monotonic() - sent < 20, rest
+    assert code == 128 + signal.SIGTERM and "had not stopped 10 s after the stop (DISTRAIN_KILL_WAIT): killed" in rest
+    time.sleep(1)
+    assert gone(proc.pid)
+
+
+def test_launch_second_ctrl_c_kills_at_once(tmp_path):
+    env = clean_env(DISTRAIN_OUTPUT_DIR=str(tmp_path))
+    proc = start([DISTRAIN, "launch", "-n", "2", SLOW, "--step-seconds", "1000", "--epochs", "1"], env)
+    read_until(proc, r"rank 1 of 2")
+    time.sleep(5)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stdout.read()
+    assert proc.wait(timeout=30) == 130, rest
+    assert time.monotonic() - sent < 5 and "interrupted (a second Ctrl-C)" in rest
+    time.sleep(1)
+    assert gone(proc.pid)
