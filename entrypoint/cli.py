@@ -35,8 +35,10 @@ distribution strategy and runs your script under it.
 
 \b
 Exit codes: 0 ok · 1 (or the script's own code) the script failed · 2 bad input/configuration ·
-3 this machine cannot run it (no GPU, no Horovod, unwritable dir) · 4 a launched worker died ·
-75 stopped on SIGTERM/SIGUSR1 after a checkpoint (requeue and rerun to resume).
+3 this machine cannot run it (no GPU, no Horovod, unwritable dir) · 4 a worker died ·
+5 image build/pull failed · 75 stopped on SIGTERM/SIGUSR1/Ctrl-C after a checkpoint (the same command
+resumes) · 137 killed (start-up watchdog, or the system) · 130/143 `launch` killed workers that did not stop
+(a second Ctrl-C, or DISTRAIN_KILL_WAIT after SIGTERM).
 """
 
 app = typer.Typer(help=HELP, add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
@@ -89,7 +91,13 @@ SCRIPT_ARG = typer.Argument(..., help="The training script; its arguments follow
 @app.command(context_settings=PASS_THROUGH)
 @reports_errors
 def run(ctx: typer.Context, script: str = SCRIPT_ARG) -> None:
-    """Run SCRIPT (with its arguments) in the mode the environment implies. See `distrain plan`."""
+    """Run SCRIPT with its arguments, in the mode the environment implies (`distrain plan` shows it).
+
+    Everything after SCRIPT is the script's own (`distrain run train.py --help` is train.py's help). A run is
+    the script and its arguments: the same command resumes from its last checkpoint, another starts fresh
+    (DISTRAIN_RUN names a run, DISTRAIN_RESUME=0 starts over). SIGTERM/SIGUSR1/Ctrl-C: checkpoint, exit 75.
+    Settings: DISTRAIN_* variables (README: Configuration). Exit codes: see `distrain --help`.
+    """
     from . import log, runner, runtime
 
     path = runner.check_script(script)
@@ -148,7 +156,12 @@ def launch(
     n: int = typer.Option(2, "-n", "--workers", help="Number of local workers."),
     port: Optional[int] = typer.Option(None, "--port", help="First port (default: free ports chosen now)."),
 ) -> None:
-    """Start N local MultiWorkerMirroredStrategy workers for SCRIPT (or `bench`); stop all if one dies."""
+    """Start N local MultiWorkerMirroredStrategy workers for SCRIPT (or `bench`); stop all if one dies.
+
+    Options go before SCRIPT; everything after it is the script's. The first SIGTERM/Ctrl-C reaches every
+    worker (checkpoint, exit 75); workers still running DISTRAIN_KILL_WAIT seconds later (30) are killed, and a
+    second Ctrl-C kills them at once.
+    """
     from . import launcher, runner
 
     if script != "bench":
@@ -267,6 +280,12 @@ def doctor() -> None:
     except ImportError:
         pass
     typer.echo(_container_tools())
+    from .hostcheck import shared_memory
+
+    line, warning = shared_memory(len(plan.gpus_visible) if plan else 0)
+    typer.echo(line)
+    if warning:
+        typer.echo(f"warning: {warning}")
     typer.echo(SECURITY_LINE)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if plan is None or plan.keras == "legacy":

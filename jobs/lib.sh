@@ -2,20 +2,28 @@
 # lib.sh - what every distrain job script shares: defaults, site hooks, pre-flight checks, the launch line and
 # the requeue-on-preemption rule. Sourced by jobs/*.job; each job only sets its mode and #SBATCH header.
 #
+# Usage: sbatch [SBATCH OPTIONS] jobs/MODE.job SCRIPT [SCRIPT ARGS]   e.g. sbatch jobs/mwm.job train.py --lr 0.1
+#   SCRIPT is relative to the directory you submit from; `bench` runs `distrain bench` with its options. sbatch
+#   options on the command line (--nodes, --time, --account, --partition) override the job's #SBATCH header.
+#
 # Configuration (environment variables, all optional; export them or pass `sbatch --export=ALL,VAR=...`):
-#   DISTRAIN_HOME     the distrain checkout holding jobs/ (default: $SLURM_SUBMIT_DIR)
+#   DISTRAIN_HOME     the distrain checkout holding jobs/ (default: found from the job file's own path)
 #   DISTRAIN_IMAGE    the .sif image (default: $DISTRAIN_HOME/distrain.sif)
 #   USE_CONTAINER     1: srun apptainer run --nv IMAGE (default) | 0: the virtualenv DISTRAIN_VENV
 #   DISTRAIN_VENV     virtualenv for USE_CONTAINER=0 (default: $DISTRAIN_HOME/.venv; jobs/venv_build.job makes it)
-#   TRAIN_SCRIPT      the training script (default: $DISTRAIN_HOME/examples/train.py); its arguments are the
-#                     job script's arguments: sbatch jobs/mwm.job --epochs 10. TRAIN_SCRIPT=bench runs
-#                     `distrain bench` instead (arguments: its options, e.g. --model resnet50 --json out.json)
-#   DISTRAIN_OUTPUT_DIR  where checkpoints go (default: $SLURM_SUBMIT_DIR/distrain-output); bound into the image
+#   TRAIN_SCRIPT      the training script, instead of the first argument (then every argument is the script's);
+#                     without either, the example $DISTRAIN_HOME/examples/train.py
+#   DISTRAIN_OUTPUT_DIR  where checkpoints go (default, as distrain's own: $SCRATCH/distrain, $WORK/distrain,
+#                     else $SLURM_SUBMIT_DIR/distrain-output, said in the log); bound into the image
 #   DISTRAIN_DATA_DIR    a data directory to bind into the image (optional)
 #   DISTRAIN_BIND     extra bind paths, comma-separated (apptainer --bind syntax)
 #   DISTRAIN_MODULES  modules to load after `module purge` (when `module` exists), e.g. "cuda/12.4 openmpi"
 #   DISTRAIN_MPI      Horovod only: srun --mpi plugin (default: pmix if `srun --mpi=list` has it, else pmi2)
 #   APPTAINER         the apptainer binary (default: apptainer, else singularity)
+#
+# Exit codes (the job's, as sacct shows them): 0 done; 1 the script failed (or its own code); 2 bad input or
+# configuration (this file's checks too, before srun); 3 this machine cannot run it (no GPU, no Horovod,
+# unwritable directory); 4 a worker died or stalled; 75 stopped after a checkpoint: the same command resumes.
 
 distrain_die() {
   echo "distrain job: error: $*" >&2
@@ -27,10 +35,44 @@ distrain_defaults() {
   DISTRAIN_IMAGE=${DISTRAIN_IMAGE:-$DISTRAIN_HOME/distrain.sif}
   USE_CONTAINER=${USE_CONTAINER:-1}
   DISTRAIN_VENV=${DISTRAIN_VENV:-$DISTRAIN_HOME/.venv}
-  TRAIN_SCRIPT=${TRAIN_SCRIPT:-$DISTRAIN_HOME/examples/train.py}
-  DISTRAIN_OUTPUT_DIR=${DISTRAIN_OUTPUT_DIR:-${SLURM_SUBMIT_DIR:-$PWD}/distrain-output}
-  export DISTRAIN_HOME DISTRAIN_IMAGE USE_CONTAINER DISTRAIN_VENV TRAIN_SCRIPT DISTRAIN_OUTPUT_DIR
+  export DISTRAIN_HOME DISTRAIN_IMAGE USE_CONTAINER DISTRAIN_VENV
   export DISTRAIN_PRINT_PLAN=1   # rank 0 prints its Plan at the top of the job log
+  distrain_output_dir
+}
+
+# Outputs off $HOME (small quotas), in distrain's own order; the last resort is the submit dir, which every node
+# sees (distrain's own last resort, /tmp, is node-local: no good for a multi-node job).
+distrain_output_dir() {
+  if [ -n "${DISTRAIN_OUTPUT_DIR:-}" ]; then OUTPUT_DIR=$DISTRAIN_OUTPUT_DIR
+  elif [ -n "${SCRATCH:-}" ]; then OUTPUT_DIR=$SCRATCH/distrain
+  elif [ -n "${WORK:-}" ]; then OUTPUT_DIR=$WORK/distrain
+  else
+    OUTPUT_DIR=${SLURM_SUBMIT_DIR:-$PWD}/distrain-output
+    export DISTRAIN_OUTPUT_DIR=$OUTPUT_DIR
+    case "$OUTPUT_DIR/" in "${HOME:-/nonexistent}"/*)
+      echo "distrain job: warning: outputs go to $OUTPUT_DIR, under \$HOME (small quotas on most clusters): set DISTRAIN_OUTPUT_DIR (or SCRATCH) to a scratch directory" >&2 ;;
+    esac
+  fi
+}
+
+# The script is the first argument (or TRAIN_SCRIPT; else the example), relative to the submit dir; sets
+# TRAIN_SCRIPT (absolute) and SCRIPT_ARGS.
+distrain_script() {
+  SCRIPT_ARGS=("$@")
+  if [ -z "${TRAIN_SCRIPT:-}" ]; then
+    if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then
+      TRAIN_SCRIPT=$1
+      SCRIPT_ARGS=("${@:2}")
+    else
+      TRAIN_SCRIPT=$DISTRAIN_HOME/examples/train.py
+      echo "distrain job: no script given (sbatch JOB train.py ARGS): training the example $TRAIN_SCRIPT"
+    fi
+  fi
+  if [ "$TRAIN_SCRIPT" != bench ]; then
+    case $TRAIN_SCRIPT in /*) ;; *) TRAIN_SCRIPT=${SLURM_SUBMIT_DIR:-$PWD}/$TRAIN_SCRIPT ;; esac
+    [ -f "$TRAIN_SCRIPT" ] || distrain_die "training script $TRAIN_SCRIPT not found: give its path relative to the directory you submit from (or absolute)"
+  fi
+  export TRAIN_SCRIPT
 }
 
 # Site hooks the user guides do by hand: modules, XLA's CUDA path.
@@ -52,8 +94,6 @@ distrain_site_hooks() {
 # Fail in seconds, in the job log, instead of after the queue wait and a container start.
 distrain_preflight() {
   local mode=$1
-  [ "$TRAIN_SCRIPT" = bench ] || [ -f "$TRAIN_SCRIPT" ] \
-    || distrain_die "training script $TRAIN_SCRIPT not found (set TRAIN_SCRIPT)"
   if [ "$USE_CONTAINER" = 1 ]; then
     [ -f "$DISTRAIN_IMAGE" ] || distrain_die "image $DISTRAIN_IMAGE not found: build it (distrain image build) or set DISTRAIN_IMAGE"
     APPTAINER=${APPTAINER:-$(command -v apptainer || command -v singularity || true)}
@@ -61,8 +101,8 @@ distrain_preflight() {
   else
     [ -x "$DISTRAIN_VENV/bin/distrain" ] || distrain_die "no distrain in $DISTRAIN_VENV: run jobs/venv_build.job or set DISTRAIN_VENV"
   fi
-  (umask 077 && mkdir -p "$DISTRAIN_OUTPUT_DIR") 2>/dev/null && [ -w "$DISTRAIN_OUTPUT_DIR" ] \
-    || distrain_die "output directory $DISTRAIN_OUTPUT_DIR is not writable: set DISTRAIN_OUTPUT_DIR"
+  (umask 077 && mkdir -p "$OUTPUT_DIR") 2>/dev/null && [ -w "$OUTPUT_DIR" ] \
+    || distrain_die "output directory $OUTPUT_DIR is not writable: set DISTRAIN_OUTPUT_DIR"
   if [ "$mode" = mwm ] || [ "$mode" = horovod ]; then
     # --gres=gpu:G shares a node's G GPUs among its tasks: Horovod needs one task per GPU; MWM takes G/tasks
     # each (one task per node mirrors over all of them). --gpus-per-task=1 gives each task its own.
@@ -87,7 +127,7 @@ distrain_preflight() {
 # `bench ARGS`.
 distrain_task_command() {
   if [ "$USE_CONTAINER" = 1 ]; then
-    local bind="$DISTRAIN_OUTPUT_DIR"
+    local bind="$OUTPUT_DIR"
     [ "$TRAIN_SCRIPT" = bench ] || bind="$bind,$(dirname "$(realpath "$TRAIN_SCRIPT")")"
     [ -n "${DISTRAIN_DATA_DIR:-}" ] && bind="$bind,$DISTRAIN_DATA_DIR"
     [ -n "${DISTRAIN_BIND:-}" ] && bind="$bind,$DISTRAIN_BIND"
@@ -123,6 +163,9 @@ distrain_launch() {
   local srun_args=(--kill-on-bad-exit=1)
   [ "$mode" = horovod ] && srun_args+=("--mpi=$(distrain_mpi_plugin)")
   echo "distrain job: $mode, $SLURM_NTASKS task(s) on ${SLURM_JOB_NODELIST:-?}: ${TASK_COMMAND[*]} $TRAIN_SCRIPT $*"
+  local log
+  log=$(scontrol show job "${SLURM_JOB_ID:-none}" 2>/dev/null | sed -n 's/^ *StdOut=//p')
+  echo "distrain job: checkpoints: $OUTPUT_DIR/runs/ (one directory per run: the same command resumes it); log: ${log:-stdout}; saved models: where the script saves them (relative paths: ${SLURM_SUBMIT_DIR:-$PWD})"
   trap 'distrain_forward TERM' TERM
   trap 'distrain_forward USR1' USR1
   srun "${srun_args[@]}" "${TASK_COMMAND[@]}" "$TRAIN_SCRIPT" "$@" &
@@ -137,7 +180,7 @@ distrain_launch() {
       echo "distrain job: stopped after a checkpoint; requeueing job $SLURM_JOB_ID to resume"
       scontrol requeue "$SLURM_JOB_ID"
     else
-      echo "distrain job: stopped after a checkpoint; resubmit (or use --requeue) to resume"
+      echo "distrain job: stopped after a checkpoint; to resume, submit the same command again: sbatch ${DISTRAIN_JOB_FILE:-JOB} ${TRAIN_SCRIPT} $*"
     fi
   fi
   return "$rc"
@@ -148,7 +191,8 @@ distrain_job() {
   local mode=$1
   shift
   distrain_defaults
+  distrain_script "$@"
   distrain_site_hooks
   distrain_preflight "$mode"
-  distrain_launch "$mode" "$@"
+  distrain_launch "$mode" "${SCRIPT_ARGS[@]}"
 }
