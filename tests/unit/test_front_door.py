@@ -1,0 +1,58 @@
+"""What a newcomer meets first: --help everywhere, and exit codes that agree in --help, the README and lib.sh."""
+
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from entrypoint.cli import app
+from helpers import ROOT
+from readme_blocks import block
+
+COMMANDS = [["run"], ["launch"], ["plan"], ["doctor"], ["data"], ["bench"], ["image"], ["image", "build"],
+            ["image", "pull"], []]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "distrain")
+def test_help_of_every_command_exits_0_and_explains(command):
+    out = CliRunner().invoke(app, [*command, "--help"])
+    assert out.exit_code == 0, out.output
+    assert "Usage: " in out.output and "not found" not in out.output
+
+
+def codes_in(text: str) -> set[int]:
+    return {int(c) for c in re.findall(r"(?<![\w.-])(\d{1,3})(?![\w.%-])", text) if int(c) in range(0, 256)}
+
+
+def test_exit_codes_agree_in_help_readme_and_the_job_scripts():
+    help_text = CliRunner().invoke(app, ["--help"]).output
+    help_codes = codes_in(help_text[help_text.index("Exit codes:"):help_text.index("Options:")])
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("### Exit codes"):readme.index("### Modes")]
+    readme_codes = {int(c) for row in re.findall(r"^\| ([^|]+?) \|", table, re.MULTILINE)
+                    for c in re.findall(r"\d+", row)}
+    lib = (ROOT / "jobs" / "lib.sh").read_text()
+    lib_codes = codes_in(lib[lib.index("# Exit codes"):lib.index("\n\n", lib.index("# Exit codes"))])
+    assert help_codes == readme_codes == {0, 1, 2, 3, 4, 5, 75, 130, 137, 143}, (help_codes, readme_codes)
+    assert lib_codes <= readme_codes and {0, 1, 2, 3, 4, 75} <= lib_codes, lib_codes
+
+
+def test_the_readme_opens_for_users_and_closes_with_the_developers_commands():
+    readme = (ROOT / "README.md").read_text()
+    headers = re.findall(r"^## (.+)$", readme, re.MULTILINE)
+    assert headers[:4] == ["Quick start on a Slurm cluster", "One machine with Docker", "For admins",
+                           "Troubleshooting"] and headers[-1] == "Develop", headers
+    develop = readme[readme.index("## Develop"):]
+    assert "scripts/install.sh" in develop and "scripts/test.sh" in develop
+    assert (ROOT / ".ci" / "run").read_text().strip().endswith("exec scripts/test.sh")
+    assert "sbatch" in block("quickstart-slurm") and "docker run" in block("quickstart-docker")
+
+
+def test_doctor_warns_when_shared_memory_is_too_small_for_several_gpus(tmp_path):
+    from entrypoint.hostcheck import shared_memory
+
+    line, warning = shared_memory(gpus=2, path="/dev/shm")
+    assert line.startswith("shared memory: /dev/shm ")
+    line, warning = shared_memory(gpus=2, path=str(tmp_path / "absent"))
+    assert warning and "unavailable" in warning
+    assert shared_memory(gpus=1, path=str(tmp_path / "absent"))[1] is None
