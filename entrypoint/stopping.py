@@ -4,8 +4,9 @@ SIGTERM, SIGUSR1 and a first Ctrl-C set a flag. The ranks compare notes in one s
 mean step time, the chief's "a timed checkpoint is due"]) about every `DISTRAIN_STOP_CHECK_SECONDS` (2 s) of
 wall time. Wall time cannot pick the step by itself (each rank's clock would pick another one, and mismatched
 collectives hang), so each check also sets the next one: `ceil(2 s / the agreed mean step time)` steps later,
-the same number on every rank. 5 ms steps check every 400 steps, 0.6 s steps every 4, steps over 2 s every step:
-no per-step synchronisation, and a stop within about 2 s plus one step. Slurm's KillWait (30 s from SIGTERM to
+the same number on every rank. 5 ms steps check every 400 steps, 0.6 s steps every 4, steps over 2 s every step,
+and the first step of every epoch checks as well (epoch ends pause for validation and callbacks): no per-step
+synchronisation, and a stop within about 2 s plus one step. Slurm's KillWait (30 s from SIGTERM to
 SIGKILL) leaves room for the checkpoint.
 
 A signal outside `fit` (data loading, the script's own loop) ends the run at once with exit 75, as before
@@ -104,6 +105,9 @@ def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Any) -> 
             self._epoch = epoch
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            # an epoch end's pauses (validation, callbacks, the checkpoint) are time the step count does not see:
+            # the next epoch's first step checks too, so a stop never waits for several short epochs
+            self._next_check = min(self._next_check, self._steps + 1)
             if backup is not None and getattr(backup, "save_freq", "epoch") == "epoch":
                 self._saved_at = time.monotonic()
 

@@ -181,7 +181,7 @@ def test_the_job_log_has_no_cpp_chatter_unless_asked_for():
 
 def test_a_stop_with_checkpoints_off_says_nothing_was_saved():
     proc = subprocess.Popen([DISTRAIN, "run", "examples/train.py", "--epochs", "500"], cwd=ROOT,
-                            env=clean_env(DISTRAIN_CHECKPOINT="0", DISTRAIN_SIGNAL_CHECK_EVERY="1"),
+                            env=clean_env(DISTRAIN_CHECKPOINT="0", DISTRAIN_STOP_CHECK_SECONDS="0.5"),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     for line in proc.stdout:
         if "Epoch 2/" in line:

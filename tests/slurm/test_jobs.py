@@ -70,9 +70,8 @@ def test_two_mwm_jobs_share_a_node_without_port_collisions(slurm, tmp_path):
 def test_a_killed_task_ends_the_job_fast_and_a_rerun_resumes(slurm, tmp_path):
     marker = str(tmp_path / "model.keras")
     layout = [*SMALL, "--nodes=2", "--ntasks-per-node=1", "--gres=gpu:1"]
-    checkpoints = str(tmp_path / "ckpt")  # a new job id would start afresh: share the dir between the two jobs
-    job_id = submit(slurm, tmp_path, "mwm", layout, ["--epochs", "8", "--save", marker], wait=False,
-                    DISTRAIN_CHECKPOINT_DIR=checkpoints)
+    # the rerun is another job with the same command: the same run, so it resumes
+    job_id = submit(slurm, tmp_path, "mwm", layout, ["--epochs", "8", "--save", marker], wait=False)
     log = tmp_path / f"mwm-{job_id}.out"
     try:
         deadline = time.monotonic() + 180
@@ -94,8 +93,7 @@ def test_a_killed_task_ends_the_job_fast_and_a_rerun_resumes(slurm, tmp_path):
     # the survivor names the lost worker and exits 4, with no traceback (a lost peer is not a script error)
     assert re.search(r"\[\d/2\] distrain: error: lost worker \d \(n(9|10):\d+\)", text), text[-3000:]
     assert re.search(r"task \d: Exited with exit code 4", text) and "Traceback" not in text, text[-3000:]
-    rerun = submit(slurm, tmp_path, "mwm", layout, ["--epochs", "8", "--save", marker],
-                   DISTRAIN_CHECKPOINT_DIR=checkpoints)
+    rerun = submit(slurm, tmp_path, "mwm", layout, ["--epochs", "8", "--save", marker])
     assert rerun.code == 0, rerun
     assert "resumed from checkpoint" in rerun.log
     assert int(re.search(r"Epoch (\d+)/8", rerun.log).group(1)) >= 4  # epochs 1-3 were checkpointed

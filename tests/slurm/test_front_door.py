@@ -1,0 +1,98 @@
+"""The README's quick start as a user runs it: from their own project directory, outside the checkout, with
+the job file's path, outputs on scratch, nothing under $HOME; a stopped job resumed by submitting it again."""
+
+import os
+import re
+import shutil
+import subprocess
+import time
+
+from helpers import ROOT, assert_trained_in_sync, clean_env
+from readme_blocks import block
+from slurm_jobs import cancel, wait_gone
+
+
+def user(slurm, tmp_path, **extra):
+    """A user's $HOME with ~/myproject/train.py, $SCRATCH, and the environment the README assumes."""
+    home = tmp_path / "home"
+    (home / "myproject").mkdir(parents=True)
+    shutil.copy(ROOT / "examples" / "train.py", home / "myproject" / "train.py")
+    # OMPI_MCA_btl: see slurm_jobs.job_env (emulated nodes share one host)
+    env = clean_env(SLURM_CONF=slurm, HOME=str(home), DISTRAIN=str(ROOT), SCRATCH=str(tmp_path / "scratch"),
+                    USE_CONTAINER="0", DISTRAIN_VENV=str(ROOT / ".venv"), OMPI_MCA_btl="self,tcp", **extra)
+    return home, home / "myproject", env
+
+
+def submitted(out: subprocess.CompletedProcess) -> str:
+    found = re.search(r"Submitted batch job (\d+)", out.stdout) or re.search(r"^(\d+)", out.stdout, re.MULTILINE)
+    assert found, out.stdout + out.stderr
+    return found.group(1)
+
+
+def test_the_quick_start_block_runs_as_written_from_the_users_project(slurm, tmp_path):
+    home, project, env = user(slurm, tmp_path)
+    out = subprocess.run(["bash", "-euc", block("quickstart-slurm")], cwd=home, env=env, capture_output=True,
+                         text=True, timeout=60)
+    job_id = submitted(out)
+    try:
+        wait_gone(slurm, job_id, timeout=300)
+    finally:
+        cancel(slurm, job_id)
+    log = (project / f"distrain-mwm-{job_id}.out").read_text()
+    assert "mwm on 2 worker(s)" in log and f"checkpoints: {tmp_path / 'scratch'}/distrain/runs/" in log, log
+    assert_trained_in_sync(log, workers=2)
+    assert (tmp_path / "scratch" / "distrain" / "runs").is_dir()
+    # nothing under $HOME but the user's own project and the job's log there (and Keras 3's own config file,
+    # which `import keras` writes under plain python too)
+    assert set(os.listdir(home)) <= {"myproject", ".keras"}
+    assert not (home / ".keras").exists() or os.listdir(home / ".keras") == ["keras.json"]
+    assert sorted(os.listdir(project)) == sorted(["train.py", f"distrain-mwm-{job_id}.out"])
+
+
+def test_a_job_stopped_without_requeue_resumes_when_the_same_command_is_submitted_again(slurm, tmp_path):
+    home, project, env = user(slurm, tmp_path)
+    command = ["sbatch", "--no-requeue", "--nodes=1", "--ntasks-per-node=2", "--gres=gpu:2", "--cpus-per-task=1",
+               f"{ROOT}/jobs/mwm.job", "train.py", "--epochs", "12"]
+    job_id = submitted(subprocess.run(command, cwd=project, env=env, capture_output=True, text=True))
+    log = project / f"distrain-mwm-{job_id}.out"
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and "Epoch 3/" not in (log.read_text() if log.exists() else ""):
+            time.sleep(0.3)
+        subprocess.run(["scancel", "--signal=TERM", job_id], env=env, check=True)
+        wait_gone(slurm, job_id, timeout=120)
+    finally:
+        cancel(slurm, job_id)
+    text = log.read_text()
+    assert "stopped on SIGTERM after saving a checkpoint" in text, text[-3000:]
+    # the last line says exactly what to type
+    assert f"to resume, submit the same command again: sbatch {ROOT}/jobs/mwm.job {project}/train.py --epochs 12" \
+        in text, text[-2000:]
+    again = submitted(subprocess.run(command, cwd=project, env=env, capture_output=True, text=True))
+    try:
+        wait_gone(slurm, again, timeout=300)
+    finally:
+        cancel(slurm, again)
+    text = (project / f"distrain-mwm-{again}.out").read_text()
+    stopped_in = int(re.search(r"resuming run train-\w+ at the start of epoch (\d+)", text).group(1))
+    # the signal came in epoch 3 of 1-second epochs: the stop is within seconds, not epochs later
+    assert 3 <= stopped_in <= 5 and int(re.search(r"Epoch (\d+)/12", text).group(1)) == stopped_in, text[-3000:]
+    assert_trained_in_sync(text, workers=2)
+
+
+def test_bad_input_to_a_job_is_one_line_and_exit_2_before_srun(slurm, tmp_path):
+    home, project, env = user(slurm, tmp_path)
+    small = ["sbatch", "--wait", "--nodes=1", "--ntasks-per-node=1", "--gres=gpu:1", "--cpus-per-task=1"]
+    missing = subprocess.run([*small, "--output=missing.out", f"{ROOT}/jobs/mwm.job", "nope.py"], cwd=project,
+                             env=env, capture_output=True, text=True)
+    text = (project / "missing.out").read_text()
+    assert missing.returncode == 2, text
+    assert f"distrain job: error: training script {project}/nope.py not found" in text
+    assert "task(s) on" not in text  # srun never started
+    alone = project / "mwm.job"  # a job file copied out of the checkout: no lib.sh beside it
+    shutil.copy(ROOT / "jobs" / "mwm.job", alone)
+    lost = subprocess.run([*small, "--output=alone.out", str(alone), "train.py"], cwd=project, env=env,
+                          capture_output=True, text=True)
+    text = (project / "alone.out").read_text()
+    assert lost.returncode == 2 and "distrain job: error: cannot read jobs/lib.sh" in text, text
+    assert len(text.strip().splitlines()) == 1
