@@ -2,6 +2,7 @@
 
 import os
 import re
+import shutil
 import subprocess
 import tarfile
 
@@ -9,7 +10,8 @@ import pytest
 
 from container_fixtures import DOCKER, REGISTRY, sh
 from helpers import ROOT, assert_trained_in_sync, clean_env
-from slurm_jobs import submit
+from readme_blocks import block
+from slurm_jobs import quick_start_trained, run_quick_start, submit, user
 
 TRAIN = ["examples/train.py", "--epochs", "2"]
 
@@ -149,3 +151,46 @@ def test_linters_pass_on_dockerfile_and_def_sections(tmp_path):
         script.write_text("#!/bin/sh\n" + body)
         result = subprocess.run([str(venv / "shellcheck"), str(script)], capture_output=True, text=True)
         assert result.returncode == 0, f"%{section}:\n{result.stdout}"
+
+
+def docker_quick_start(image: str) -> str:
+    """The README's Docker block, with the two things this GPU-less test machine must change: no `--gpus all`
+    (no NVIDIA runtime here; the image is told not to require a GPU instead) and the test image's tag."""
+    command = block("quickstart-docker")
+    assert "--gpus all " in command and " distrain train.py" in command
+    return command.replace("--gpus all ", "-e DISTRAIN_REQUIRE_GPU=0 ").replace(" distrain train.py",
+                                                                                f" {image} train.py")
+
+
+def test_the_readme_docker_block_trains_the_users_project_and_keeps_outputs_on_the_host(docker_image, tmp_path):
+    home = tmp_path / "home"
+    (home / "myproject").mkdir(parents=True)
+    shutil.copy(ROOT / "examples" / "train.py", home / "myproject" / "train.py")
+    out = sh(["bash", "-euc", docker_quick_start(docker_image)], HOME=str(home))
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert_trained_in_sync(out.stdout, workers=1)
+    runs = home / "myproject" / "distrain-output" / "runs"
+    assert [p.name.split("-")[0] for p in runs.iterdir()] == ["train"], out.stdout[-2000:]
+
+
+def test_docker_as_any_user_writes_outputs_as_that_user(docker_image, tmp_path):
+    """`--user` with a uid the image has never heard of (no passwd entry, no home): outputs land, owned by it."""
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(ROOT / "examples" / "train.py", project / "train.py")
+    os.chown(project, 4321, 4321)
+    out = sh([DOCKER, "run", "--rm", "-e", "DISTRAIN_REQUIRE_GPU=0", "--user", "4321:4321", "-v",
+              f"{project}:/workspace", "-e", "DISTRAIN_OUTPUT_DIR=/workspace/distrain-output", docker_image,
+              "train.py", "--epochs", "1", "--save", "model.keras"])
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert (project / "model.keras").stat().st_uid == 4321
+    assert (project / "distrain-output").stat().st_uid == 4321
+
+
+def test_the_quick_start_on_slurm_with_the_image(sif, slurm, tmp_path):
+    home, project, env = user(slurm, tmp_path, USE_CONTAINER="1", DISTRAIN_IMAGE=str(sif),
+                              APPTAINERENV_DISTRAIN_REQUIRE_GPU="0", APPTAINER_DROP_CAPS="CAP_SYS_RESOURCE")
+    env["PATH"] = f"/opt/distrain-apptainer/bin:{env['PATH']}"
+    log = run_quick_start(slurm, home, project, env)
+    assert "apptainer run --nv --bind" in log
+    quick_start_trained(log, tmp_path / "scratch")

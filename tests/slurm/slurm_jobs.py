@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
 
-from helpers import ROOT, clean_env
+from helpers import ROOT, assert_trained_in_sync, clean_env
+from readme_blocks import block
 
 
 class Job:
@@ -58,3 +61,39 @@ def wait_gone(slurm_conf: str, job_id: str, timeout: float = 300) -> None:
 def cancel(slurm_conf: str, job_id: str) -> None:
     """scancel a test's job (a no-op once it ended), so a failed test never leaves a job holding the nodes."""
     subprocess.run(["scancel", job_id], env={**os.environ, "SLURM_CONF": slurm_conf}, capture_output=True)
+
+
+def user(slurm: str, tmp_path: Path, **extra: str) -> tuple[Path, Path, dict[str, str]]:
+    """A user's $HOME with ~/myproject/train.py, $SCRATCH, and the environment the README assumes."""
+    home = tmp_path / "home"
+    (home / "myproject").mkdir(parents=True)
+    shutil.copy(ROOT / "examples" / "train.py", home / "myproject" / "train.py")
+    # OMPI_MCA_btl: see slurm_jobs.job_env (emulated nodes share one host)
+    env = clean_env(SLURM_CONF=slurm, HOME=str(home), DISTRAIN=str(ROOT), SCRATCH=str(tmp_path / "scratch"),
+                    USE_CONTAINER="0", DISTRAIN_VENV=str(ROOT / ".venv"), OMPI_MCA_btl="self,tcp", **extra)
+    return home, home / "myproject", env
+
+
+def submitted(out: subprocess.CompletedProcess) -> str:
+    """The job id sbatch printed."""
+    found = re.search(r"Submitted batch job (\d+)", out.stdout) or re.search(r"^(\d+)", out.stdout, re.MULTILINE)
+    assert found, out.stdout + out.stderr
+    return found.group(1)
+
+
+def run_quick_start(slurm: str, home: Path, project: Path, env: dict[str, str]) -> str:
+    """Run the README's Slurm quick start in the user's $HOME, wait for its job, return the job log."""
+    out = subprocess.run(["bash", "-euc", block("quickstart-slurm")], cwd=home, env=env, capture_output=True,
+                         text=True, timeout=60)
+    job_id = submitted(out)
+    try:
+        wait_gone(slurm, job_id, timeout=300)
+    finally:
+        cancel(slurm, job_id)
+    return (project / f"distrain-mwm-{job_id}.out").read_text()
+
+
+def quick_start_trained(log: str, scratch: Path) -> None:
+    """What the quick start promises, read from its job log."""
+    assert "mwm on 2 worker(s)" in log and f"checkpoints: {scratch}/distrain/runs/" in log, log
+    assert_trained_in_sync(log, workers=2)
