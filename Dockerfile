@@ -1,6 +1,8 @@
 # distrain: a GPU TensorFlow + Horovod image whose entry decides the mode from the environment.
-#   docker build -t distrain .                       docker run --gpus all -v $PWD:/workspace distrain train.py
-#   docker build --build-arg BASE_IMAGE=... .        docker run distrain plan
+#   docker build -t distrain .                       docker run distrain plan
+#   docker build --build-arg BASE_IMAGE=... .
+#   docker run --rm --gpus all --shm-size=1g --user "$(id -u):$(id -g)" -v "$PWD:/workspace" \
+#     -e DISTRAIN_OUTPUT_DIR=/workspace/distrain-output distrain train.py      (README: One machine with Docker)
 #
 # Base: NGC's TensorFlow 25.02 TF2 image, the last TF2 release NVIDIA published, reported to carry TensorFlow
 # 2.17 with a Horovod 0.28.1 built for it (NCCL, Open MPI). distrain's tests use TensorFlow 2.17.1 for that

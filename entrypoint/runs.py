@@ -97,11 +97,16 @@ def read_position(state_dir: str) -> dict | None:
     return None
 
 
+def _write_private_json(path: str, data: dict) -> None:
+    """Atomically (temp + rename), 0600 like every file distrain writes in a work dir."""
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp-{os.getpid()}")
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
+        json.dump(data, handle)
+    os.replace(tmp, path)
+
+
 def write_position(chief_dir: str, epochs_done: int, step: int) -> None:
-    tmp = os.path.join(chief_dir, f".{POSITION_FILE}.tmp-{os.getpid()}")
-    with open(tmp, "w") as handle:
-        json.dump({"epoch": epochs_done, "step": step}, handle)
-    os.replace(tmp, os.path.join(chief_dir, POSITION_FILE))
+    _write_private_json(os.path.join(chief_dir, POSITION_FILE), {"epoch": epochs_done, "step": step})
 
 
 def _recorded(state_dir: str) -> dict | None:
@@ -133,10 +138,8 @@ def open_run(state_dir: str, run: RunIdentity, rank: int, command: Sequence[str]
     if rank == 0:
         if not resume:
             shutil.rmtree(os.path.join(state_dir, "chief"), ignore_errors=True)
-        tmp = os.path.join(state_dir, f".{IDENTITY_FILE}.tmp-{os.getpid()}")
-        with open(tmp, "w") as handle:
-            json.dump({"name": run.name, "key": run.key, "command": list(command)}, handle)
-        os.replace(tmp, os.path.join(state_dir, IDENTITY_FILE))
+        _write_private_json(os.path.join(state_dir, IDENTITY_FILE),
+                            {"name": run.name, "key": run.key, "command": list(command)})
     position = read_position(state_dir) if resume else None
     if position is None and resume and _has_state(state_dir):
         return f"resuming run {run.name} from its last checkpoint (state in {state_dir})"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,3 +77,19 @@ def load_model(path: Path, family: str, input_shape: tuple = (8, 8, 1), counting
     assert "OUT (1, " in out.stdout, out.stdout[-2000:]
     assert ("tf_keras" if family == "legacy" else "keras") == out.stdout.split()[-1], out.stdout[-500:]
     return out.stdout
+
+
+@contextlib.contextmanager
+def small_tmpfs(path: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` mounted at `path` (a disk that fills up), unmounted afterwards; skips where mount is
+    not allowed."""
+    import pytest
+
+    path.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from entrypoint.launcher import free_ports
-from helpers import DISTRAIN, ROOT, clean_env, run
+from helpers import DISTRAIN, ROOT, clean_env, run, small_tmpfs
 
 
 def tf_config(*workers: str, index: int = 0) -> str:
@@ -48,18 +48,11 @@ def test_bad_input_row(env, args, code, text):
 
 
 def test_full_disk_leaves_no_half_written_model(tmp_path):
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
+    with small_tmpfs(tmp_path / "disk", "64k") as disk:
         out = run([DISTRAIN, "run", "examples/train.py", "--epochs", "1", "--save", str(disk / "m.keras")],
                   env=clean_env(DISTRAIN_CHECKPOINT="0"))
         assert_one_line_error(out, 3, "No space left on device")
         assert os.listdir(disk) == []
-    finally:
-        subprocess.run(["umount", str(disk)], check=True)
 
 
 def test_script_exception_passes_through_once(tmp_path):

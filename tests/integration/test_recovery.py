@@ -96,8 +96,10 @@ def test_concurrent_saves_to_one_path_always_leave_a_loadable_model(tmp_path):
               "for _ in range(15):\n    dt.save(model, sys.argv[1])\n")
     script = tmp_path / "saver.py"
     script.write_text(writer)
+    # the same command twice at once is one run twice, which distrain refuses: these saves need no run state
     launches = [subprocess.Popen([DISTRAIN, "launch", "-n", str(n), str(script), str(target)], cwd=ROOT,
-                                 env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                 env=clean_env(DISTRAIN_CHECKPOINT="0"), stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True)
                 for n in (2, 4)]
     reader = ("import os, sys, time; os.environ['TF_USE_LEGACY_KERAS'] = '1'\nimport tensorflow as tf\n"
               "loads = 0\nend = time.time() + 25\n"

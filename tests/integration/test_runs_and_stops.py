@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import DISTRAIN, KERAS_FAMILIES, ROOT, clean_env, keras_env, run
+from helpers import DISTRAIN, KERAS_FAMILIES, ROOT, clean_env, keras_env, run, small_tmpfs
 
 SLOW = str(ROOT / "tests" / "integration" / "scripts" / "slow_steps.py")
 
@@ -96,12 +96,7 @@ def test_distrain_resume_0_starts_over(tmp_path):
 
 @pytest.mark.parametrize("family", KERAS_FAMILIES)
 def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one_and_training_goes_on(tmp_path, family):
-    disk = tmp_path / "small"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=700k", "tmpfs", str(disk)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
+    with small_tmpfs(tmp_path / "small", "700k") as disk:
         env = keras_env(family, DISTRAIN_CHECKPOINT_DIR=str(disk / "ckpt"))
         # a checkpoint is ~260 kB: one or two fit, then the disk is full
         cmd = [DISTRAIN, "run", SLOW, "--step-seconds", "0.2", "--epochs", "30", "--steps", "4", "--width", "250"]
@@ -119,8 +114,6 @@ def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one_and_training_goe
         assert re.search(r"resuming run slow_steps-\w+ at the start of epoch [23]", head), head
         os.killpg(rerun.pid, signal.SIGKILL)
         rerun.wait()
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
 def test_a_timed_checkpoint_survives_a_hard_kill(tmp_path):

@@ -85,7 +85,7 @@ def test_a_named_group_writable_dir_is_used(tmp_path):
     out = run([DISTRAIN, "run", "examples/train.py", "--epochs", "1"], env=clean_env(DISTRAIN_OUTPUT_DIR=str(project)))
     assert out.returncode == 0, out.stdout[-2000:]
     assert "warning" not in out.stdout.lower() or "writable by every user" not in out.stdout
-    assert (project / "checkpoints").is_dir()
+    assert (project / "runs").is_dir()
 
 
 def start_tf_config_pair(script_args, **env):

@@ -58,6 +58,13 @@ def wait_gone(slurm_conf: str, job_id: str, timeout: float = 300) -> None:
     raise AssertionError(f"job {job_id} still queued/running after {timeout} s")
 
 
+def wait_for_text(log: Path, text: str, timeout: float = 180) -> None:
+    """Wait until a job's log holds `text` (or the timeout passes: the assertions after it say what was seen)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and text not in (log.read_text() if log.exists() else ""):
+        time.sleep(0.3)
+
+
 def cancel(slurm_conf: str, job_id: str) -> None:
     """scancel a test's job (a no-op once it ended), so a failed test never leaves a job holding the nodes."""
     subprocess.run(["scancel", job_id], env={**os.environ, "SLURM_CONF": slurm_conf}, capture_output=True)

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from helpers import ROOT, assert_trained_in_sync
-from slurm_jobs import cancel, submit, wait_gone
+from slurm_jobs import cancel, submit, wait_for_text, wait_gone
 
 SMALL = ["--cpus-per-task=1", "--time=10"]
 
@@ -58,8 +58,9 @@ def test_horovod_job_through_srun_pmix(slurm, tmp_path):
 
 def test_two_mwm_jobs_share_a_node_without_port_collisions(slurm, tmp_path):
     args = [*SMALL, "--nodes=1", "--ntasks-per-node=2", "--nodelist=n9", "--gres=gpu:2"]
-    first = submit(slurm, tmp_path, "mwm", args, ["--epochs", "3"], wait=False)
-    second = submit(slurm, tmp_path, "mwm", args, ["--epochs", "3"], wait=False)
+    # two runs (another job name: another run; the same command twice at once would be refused)
+    first = submit(slurm, tmp_path, "mwm", [*args, "--job-name=first"], ["--epochs", "3"], wait=False)
+    second = submit(slurm, tmp_path, "mwm", [*args, "--job-name=second"], ["--epochs", "3"], wait=False)
     for job_id in (first, second):
         wait_gone(slurm, job_id)
     for job_id in (first, second):
@@ -137,9 +138,7 @@ def test_sigterm_checkpoints_requeues_and_resumes(slurm, tmp_path):
     log = tmp_path / f"mwm-{job_id}.out"
     env = {**os.environ, "SLURM_CONF": slurm}
     try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and "Epoch 3/" not in (log.read_text() if log.exists() else ""):
-            time.sleep(0.3)
+        wait_for_text(log, "Epoch 3/")
         subprocess.run(["scancel", "--signal=TERM", job_id], env=env, check=True)
         # the requeued run waits for the old credential to expire (the test cluster's cred_expire=20)
         wait_gone(slurm, job_id, timeout=300)

@@ -5,10 +5,9 @@ import os
 import re
 import shutil
 import subprocess
-import time
 
 from helpers import ROOT, assert_trained_in_sync
-from slurm_jobs import cancel, quick_start_trained, run_quick_start, submitted, user, wait_gone
+from slurm_jobs import cancel, quick_start_trained, run_quick_start, submitted, user, wait_for_text, wait_gone
 
 
 def test_the_quick_start_block_runs_as_written_from_the_users_project(slurm, tmp_path):
@@ -30,9 +29,7 @@ def test_a_job_stopped_without_requeue_resumes_when_the_same_command_is_submitte
     job_id = submitted(subprocess.run(command, cwd=project, env=env, capture_output=True, text=True))
     log = project / f"distrain-mwm-{job_id}.out"
     try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and "Epoch 3/" not in (log.read_text() if log.exists() else ""):
-            time.sleep(0.3)
+        wait_for_text(log, "Epoch 3/")
         subprocess.run(["scancel", "--signal=TERM", job_id], env=env, check=True)
         wait_gone(slurm, job_id, timeout=120)
     finally:
