@@ -60,6 +60,8 @@ class Plan:
     run_key: str | None = None  # what a resume must match (runs.identity)
     resume: bool = True
     stop_check_seconds: float = 2.0  # how often (wall time) the ranks agree on a stop or a timed checkpoint
+    stall_seconds: float = 120.0  # the floor of a steady step's allowance (10 x the median step, at least this)
+    stall_pause_seconds: float = 1800.0  # the allowance of first steps, validation, epoch-end callbacks
     collective_timeout: float | None = None
     env_set: tuple[tuple[str, str], ...] = ()
     env_unset: tuple[str, ...] = ()
@@ -457,6 +459,8 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
         raise ConfigError("DISTRAIN_CHECKPOINT_EVERY must be a number of steps >= 0")
     checkpoint_minutes = _seconds(env, "DISTRAIN_CHECKPOINT_MINUTES", 30.0)
     stop_check_seconds = _seconds(env, "DISTRAIN_STOP_CHECK_SECONDS", 2.0, minimum=0.01)
+    stall_seconds = _seconds(env, "DISTRAIN_STALL_SECONDS", 120.0, minimum=1)
+    stall_pause_seconds = _seconds(env, "DISTRAIN_STALL_PAUSE_SECONDS", 1800.0, minimum=1)
     reasons["launcher"] = reasons.get("launcher", "what started this process")
     reasons["local_rank"] = "ranks on this host; picks the GPU"
 
@@ -484,6 +488,8 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
         run_key=run.key if checkpoint else None,
         resume=runs.resume_wanted(env),
         stop_check_seconds=stop_check_seconds,
+        stall_seconds=stall_seconds,
+        stall_pause_seconds=stall_pause_seconds,
         collective_timeout=collective_timeout,
         env_set=tuple(sorted(env_set.items())),
         env_unset=tuple(env_unset),

@@ -16,7 +16,7 @@ import sys
 import threading
 from typing import Any
 
-from . import batches, checkpoint, stopping, sync
+from . import batches, checkpoint, stalls, stopping, sync
 from .compat import adopt
 from .engines import Engine
 from .errors import ConfigError
@@ -78,7 +78,8 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
             backup = checkpoint.make_backup_callback(plan, keras)
             after.append(backup)
         after.append(stopping.make_callback(plan, keras, tf, engine, backup))
-        args_["callbacks"] = before + user + after
+        # first of all: an epoch's end is a pause for the stall watchdog before the script's callbacks run
+        args_["callbacks"] = [stalls.make_callback(plan, keras), *before, *user, *after]
         _adapt_input(engine, keras, self, args_, user)
         if not plan.is_chief:
             args_["verbose"] = 0

@@ -162,3 +162,13 @@ def test_bench_as_the_job_script(slurm, tmp_path):
     assert job.code == 0, job
     assert job.log.count("images/sec") == 1 and "mwm, 2 worker(s), 2 replica(s)" in job.log
     assert (tmp_path / "bench.json").is_file()
+
+
+def test_a_stuck_rank_ends_the_job_with_exit_4_and_is_named(slurm, tmp_path):
+    slow = ROOT / "tests" / "integration" / "scripts" / "slow_steps.py"
+    job = submit(slurm, tmp_path, "mwm", [*SMALL, "--nodes=2", "--ntasks-per-node=1", "--gres=gpu:1"],
+                 [str(slow), "--step-seconds", "0.05", "--epochs", "100", "--steps", "30", "--stuck-rank", "1",
+                  "--stuck-after", "20"], DISTRAIN_STALL_SECONDS="15")
+    assert job.code == 4, job
+    assert re.search(r"\[[01]/2\] distrain: error: stalled at epoch 1 step \d+: rank 1 \(node n10\) is stuck in your "
+                     r"code at slow_steps.py:\d+ in read_batch_from_a_share_that_hangs", job.log), job
