@@ -76,8 +76,9 @@ def user(slurm: str, tmp_path: Path, **extra: str) -> tuple[Path, Path, dict[str
     (home / "myproject").mkdir(parents=True)
     shutil.copy(ROOT / "examples" / "train.py", home / "myproject" / "train.py")
     # OMPI_MCA_btl: see slurm_jobs.job_env (emulated nodes share one host)
-    env = clean_env(SLURM_CONF=slurm, HOME=str(home), DISTRAIN=str(ROOT), SCRATCH=str(tmp_path / "scratch"),
-                    USE_CONTAINER="0", DISTRAIN_VENV=str(ROOT / ".venv"), OMPI_MCA_btl="self,tcp", **extra)
+    defaults = {"SLURM_CONF": slurm, "HOME": str(home), "DISTRAIN": str(ROOT), "SCRATCH": str(tmp_path / "scratch"),
+                "USE_CONTAINER": "0", "DISTRAIN_VENV": str(ROOT / ".venv"), "OMPI_MCA_btl": "self,tcp"}
+    env = clean_env(**{**defaults, **extra})
     return home, home / "myproject", env
 
 
