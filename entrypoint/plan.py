@@ -62,6 +62,7 @@ class Plan:
     stop_check_seconds: float = 2.0  # how often (wall time) the ranks agree on a stop or a timed checkpoint
     stall_seconds: float = 120.0  # the floor of a steady step's allowance (10 x the median step, at least this)
     stall_pause_seconds: float = 1800.0  # the allowance of first steps, validation, epoch-end callbacks
+    script_uses_horovod_tf: bool = False  # it imports horovod.tensorflow itself (in any mode)
     collective_timeout: float | None = None
     env_set: tuple[tuple[str, str], ...] = ()
     env_unset: tuple[str, ...] = ()
@@ -277,6 +278,21 @@ _ASKS_FOR_TF_KERAS = re.compile(
 _USES_HOROVOD_KERAS = re.compile(
     r"^\s*(import horovod\.(tensorflow\.)?keras|from horovod\.(tensorflow\.)?keras[\s.]"
     r"|from horovod(\.tensorflow)? import keras)", re.MULTILINE)
+# Horovod's TensorFlow API with tf.keras models, as Horovod's TF2 examples and docs write it
+# (hvd.DistributedGradientTape, hvd.broadcast_variables(model.variables), opt.variables()): Keras 2 idioms, and
+# Keras 3 variables have no .ref() for Horovod. A script that imports Keras 3 itself (`import keras`) keeps it.
+_USES_HOROVOD_TF_WITH_TF_KERAS = re.compile(r"^\s*(import horovod\.tensorflow(\s|$)|from horovod\.tensorflow import|"
+                                            r"from horovod import tensorflow)", re.MULTILINE)
+_IMPORTS_KERAS_3 = re.compile(r"^\s*(import keras(\s|$|,)|from keras[\s.])", re.MULTILINE)
+
+
+def _uses_horovod_tensorflow(script: str | None) -> bool:
+    """The script imports Horovod's TensorFlow API itself (then, with Keras 3, compat/keras3_horovod adapts it,
+    whatever the mode: a Horovod script also runs as one process)."""
+    if not script or not os.path.isfile(script):
+        return False
+    with open(script, encoding="utf-8", errors="replace") as handle:
+        return bool(_USES_HOROVOD_TF_WITH_TF_KERAS.search(handle.read()))
 
 
 def _keras_family(env: Mapping[str, str], script: str | None, versions: Mapping[str, str]) -> tuple[str, str]:
@@ -295,6 +311,9 @@ def _keras_family(env: Mapping[str, str], script: str | None, versions: Mapping[
             return "legacy", "the script imports tf_keras or sets TF_USE_LEGACY_KERAS"
         if _USES_HOROVOD_KERAS.search(source):
             return "legacy", "the script uses Horovod's Keras API, which drives tf_keras only (horovod#4290)"
+        if _USES_HOROVOD_TF_WITH_TF_KERAS.search(source) and not _IMPORTS_KERAS_3.search(source):
+            return "legacy", ("the script uses Horovod's TensorFlow API with tf.keras, written for Keras 2 "
+                              "(opt.variables(), variables with .ref())")
     tf = versions.get("tensorflow")
     if tf and _major_minor(tf) < (2, 16):
         return "legacy", f"TensorFlow {tf} < 2.16: tf.keras is Keras 2"
@@ -490,6 +509,7 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
         stop_check_seconds=stop_check_seconds,
         stall_seconds=stall_seconds,
         stall_pause_seconds=stall_pause_seconds,
+        script_uses_horovod_tf=_uses_horovod_tensorflow(script),
         collective_timeout=collective_timeout,
         env_set=tuple(sorted(env_set.items())),
         env_unset=tuple(env_unset),

@@ -159,6 +159,19 @@ def _adapt_input(engine: Engine, keras: Any, model: Any, arguments: dict, user_c
     batches.adapt_fit_arguments(arguments, keras, rank=engine.rank, size=engine.size, note=note)
 
 
+def _adopt_horovod_tensorflow_api(engine: Engine) -> None:
+    """Keras 3 variables for Horovod's TensorFlow API (compat/keras3_horovod), in any mode the script uses it."""
+    from .compat import keras3_horovod
+    from .runtime import STATE
+
+    try:
+        import horovod.tensorflow as hvd
+    except ImportError:
+        return  # the script's own import will say so
+    if keras3_horovod.adopt_tensorflow_api(hvd, STATE.keras) and engine.plan.is_chief:
+        log().info("Keras 3 variables handed to Horovod's TensorFlow API as tf.Variables (no .ref())")
+
+
 def run_script(script: str, argv: list[str], engine: Engine | None) -> None:
     """Execute `script` as __main__ with sys.argv = [script, *argv], like `python script args`."""
     from .runtime import STATE
@@ -168,6 +181,8 @@ def run_script(script: str, argv: list[str], engine: Engine | None) -> None:
         adopt.install_strategy_adoption(engine, engine.plan, STATE.tf)
         if engine.strategy is not None:
             batches.even_out_input(engine.strategy)
+        if engine.plan.keras == "keras3" and (engine.hvd is not None or engine.plan.script_uses_horovod_tf):
+            _adopt_horovod_tensorflow_api(engine)
         if engine.plan.gpus_visible:
             from .compat import script_gpu_pinning
 

@@ -97,3 +97,23 @@ def callbacks(keras: Any, hvd: Any) -> list:
                                                     name=f"distrain_metric_{key}"))
 
     return [BroadcastFromRankZero(), AverageMetrics()]
+
+
+def adopt_tensorflow_api(hvd: Any, keras: Any) -> bool:
+    """A Keras 3 script using Horovod's TensorFlow API (`hvd.DistributedGradientTape(tape)`,
+    `hvd.broadcast_variables(model.variables, 0)`) fails with "'Variable' object has no attribute 'ref'":
+    Horovod 0.28.1 keys variables by `ref()`, which Keras 3 variables lack (horovod/horovod#4290's family).
+    Hand Horovod their tf.Variables, the same values. Applied only where the defect is there; True if applied."""
+    if hasattr(keras.Variable, "ref") or getattr(hvd, "_distrain_keras3_variables", False):
+        return False
+    broadcast, make_tape = hvd.broadcast_variables, hvd.DistributedGradientTape
+
+    def broadcast_variables(variables: Any, root_rank: int, *args: Any, **kwargs: Any) -> Any:
+        return broadcast(tf_variables(list(variables)), root_rank, *args, **kwargs)
+
+    def distributed_gradient_tape(gradtape: Any, *args: Any, **kwargs: Any) -> Any:
+        return TapeOverTFVariables(make_tape(gradtape, *args, **kwargs))
+
+    hvd.broadcast_variables, hvd.DistributedGradientTape = broadcast_variables, distributed_gradient_tape
+    hvd._distrain_keras3_variables = True
+    return True

@@ -189,7 +189,13 @@ def test_legacy_for_a_script_written_with_horovods_keras_api(tmp_path):
         script.write_text(source)
         plan = detect({}, gpus=[], script=str(script), packages=KERAS3_TF217)
         assert plan.keras == "legacy" and "horovod#4290" in dict(plan.reasons)["keras"], source
-    script.write_text("import horovod.tensorflow as hvd\n")  # the TensorFlow API works with Keras 3
+    # Horovod's TensorFlow API with tf.keras, as Horovod's TF2 examples write it: Keras 2 idioms
+    for source in ("import horovod.tensorflow as hvd\n", "from horovod.tensorflow import DistributedGradientTape\n"):
+        script.write_text(source + "import tensorflow as tf\nmodel = tf.keras.Sequential()\n")
+        plan = detect({}, gpus=[], script=str(script), packages=KERAS3_TF217)
+        assert plan.keras == "legacy" and "Horovod's TensorFlow API" in dict(plan.reasons)["keras"], source
+    # ... but a Keras 3 script using it keeps Keras 3 (its variables are handed to Horovod as tf.Variables)
+    script.write_text("import keras\nimport horovod.tensorflow as hvd\n")
     assert detect({}, gpus=[], script=str(script), packages=KERAS3_TF217).keras == "keras3"
 
 
