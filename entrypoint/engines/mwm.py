@@ -44,27 +44,36 @@ def _check_addresses(plan: Plan) -> None:
 
 
 _WATCHDOG = """
-import os, select, signal, sys
+import os, select, signal, socket, sys
 ready, _, _ = select.select([int(sys.argv[1])], [], [], float(sys.argv[2]))
 if not ready:
-    sys.stderr.write(sys.argv[4] + "\\n")
+    missing = []
+    for rank, address in enumerate(sys.argv[5:]):
+        host, port = address.rsplit(":", 1)
+        try:
+            socket.create_connection((host, int(port)), timeout=2).close()
+        except OSError:
+            missing.append(f"rank {rank} ({address})")
+    said = ": not listening: " + ", ".join(missing) if missing else ""
+    sys.stderr.write(sys.argv[4].replace("{missing}", said) + "\\n")
     os.kill(int(sys.argv[3]), signal.SIGKILL)
 """
 
 
-def _start_watchdog(seconds: float, prefix: str) -> int:
-    """Kill this process with a clear message if the workers never all join (missing worker, wrong world size).
+def _start_watchdog(seconds: float, prefix: str, cluster: tuple[str, ...]) -> int:
+    """Kill this process with a clear message if the workers never all join (missing worker, wrong world size),
+    naming the workers whose port nobody listens on (never started, or their node is down).
 
     A separate process, not a thread: TensorFlow waits for the cluster inside a C++ call that keeps the GIL, so
     a Python thread never gets to run. Closing the returned fd (or this process dying) releases the watchdog.
     """
     read_fd, write_fd = os.pipe()
     message = (
-        f"{prefix} distrain: error: the MWM workers did not all join within {seconds:.0f} s: a worker is missing "
-        "or died, or the workers disagree on the cluster (DISTRAIN_START_TIMEOUT)"
+        f"{prefix} distrain: error: the MWM workers did not all join within {seconds:.0f} s{{missing}}; a worker "
+        "is missing or died, or the workers disagree on the cluster (DISTRAIN_START_TIMEOUT)"
     )
     subprocess.Popen(
-        [sys.executable, "-c", _WATCHDOG, str(read_fd), str(seconds), str(os.getpid()), message],
+        [sys.executable, "-c", _WATCHDOG, str(read_fd), str(seconds), str(os.getpid()), message, *cluster],
         pass_fds=(read_fd,), stdin=subprocess.DEVNULL, start_new_session=True,
     )
     os.close(read_fd)
@@ -78,7 +87,7 @@ def build(plan: Plan, tf):  # noqa: ANN001, ANN201 - tensorflow module in, strat
         implementation=implementation,
         timeout_seconds=plan.collective_timeout,
     )
-    joined = _start_watchdog(float(os.environ.get("DISTRAIN_START_TIMEOUT", "300")), plan.prefix)
+    joined = _start_watchdog(float(os.environ.get("DISTRAIN_START_TIMEOUT", "300")), plan.prefix, plan.cluster)
     try:
         strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     finally:

@@ -94,12 +94,13 @@ def test_host_that_does_not_resolve():
 
 
 def test_missing_worker_ends_with_a_message_not_a_hang():
-    config = tf_config(*(f"localhost:{port}" for port in free_ports(2)))
+    workers = [f"localhost:{port}" for port in free_ports(2)]
+    config = tf_config(*workers)
     started = time.monotonic()
     out = run([DISTRAIN, "run", "examples/train.py"], env=clean_env(TF_CONFIG=config, DISTRAIN_START_TIMEOUT="8"),
               timeout=120)
     assert out.returncode == -signal.SIGKILL, out.stdout[-2000:]  # stuck in C++: only a kill ends it
-    assert "did not all join within 8 s" in out.stdout
+    assert f"did not all join within 8 s: not listening: rank 1 ({workers[1]}); a worker is missing" in out.stdout
     assert time.monotonic() - started < 60
 
 

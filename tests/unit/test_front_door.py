@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from entrypoint.cli import app
-from helpers import ROOT
+from helpers import ROOT, small_tmpfs
 from readme_blocks import block
 
 COMMANDS = [["run"], ["launch"], ["plan"], ["doctor"], ["data"], ["bench"], ["image"], ["image", "build"],
@@ -51,8 +51,10 @@ def test_the_readme_opens_for_users_and_closes_with_the_developers_commands():
 def test_doctor_warns_when_shared_memory_is_too_small_for_several_gpus(tmp_path):
     from entrypoint.hostcheck import shared_memory
 
-    line, warning = shared_memory(gpus=2, path="/dev/shm")
-    assert line.startswith("shared memory: /dev/shm ")
+    with small_tmpfs(tmp_path / "shm", "64m") as docker_default:  # what Docker gives without --shm-size
+        line, warning = shared_memory(gpus=2, path=str(docker_default))
+        assert line.endswith(" 64 MiB") and "--shm-size=1g" in warning
+        assert shared_memory(gpus=1, path=str(docker_default))[1] is None  # one GPU: NCCL needs none
     line, warning = shared_memory(gpus=2, path=str(tmp_path / "absent"))
     assert warning and "unavailable" in warning
     assert shared_memory(gpus=1, path=str(tmp_path / "absent"))[1] is None
