@@ -120,10 +120,10 @@ def launch(n: int, script: str, args: list[str], port: int | None = None, grace:
         codes = [p.poll() for p in procs]
         bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
         if all(c is not None for c in codes):
-            failed = failed or (bad[0] if bad else None)
+            failed = failed or _root_cause(bad)
             break
         if bad and failed is None:
-            failed = bad[0]
+            failed = _root_cause(bad)
             if failed[1] != EXIT_PREEMPTED:
                 break
             stopping_since = time.monotonic()
@@ -158,6 +158,12 @@ def launch(n: int, script: str, args: list[str], port: int | None = None, grace:
         how = "stopped after a checkpoint (exit 75: rerun to resume)"
     sys.stderr.write(f"distrain launch: worker {rank} {how}; the other workers were stopped\n")
     return code
+
+
+def _root_cause(bad: list[tuple[int, int]]) -> tuple[int, int] | None:
+    """Of the workers that failed at once, the one killed by a signal: the others' exit 4 (a lost peer) follows
+    from it."""
+    return min(bad, key=lambda rank_code: (rank_code[1] >= 0, rank_code[0])) if bad else None
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
