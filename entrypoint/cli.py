@@ -61,7 +61,11 @@ def reports_errors(func):  # noqa: ANN001, ANN201
         except DistrainError as exc:
             if exc.exit_code == EXIT_PREEMPTED:  # a clean, checkpointed stop is not an error
                 sys.stderr.write(f"distrain: {exc}\n")
-                raise typer.Exit(exc.exit_code) from None
+                sys.stdout.flush()
+                sys.stderr.flush()
+                # everything is saved; the interpreter's teardown can hang in MWM's collectives (seen on TF 2.21:
+                # both workers stopped, then neither exited), so leave now
+                os._exit(EXIT_PREEMPTED)
             fail(str(exc), exc.exit_code)
 
     return wrapper

@@ -164,7 +164,9 @@ def test_a_lost_peer_under_horovodrun_is_named_by_the_survivor():
     proc.wait(timeout=90)
     survivor = [line.split(":", 1)[1] for line in rest.splitlines() if line.startswith("[0]<")]
     assert re.match(r"\[0/2\] distrain: error: lost worker 1 \(\S+:\d+\)", survivor[-1]), rest[-3000:]
-    assert "Process 0 exit with status code 4" in rest, rest[-3000:]
+    # the survivor exits 4 right after that line, unless horovodrun, which saw rank 1 die first, ends it sooner
+    assert "Process 0 exit with status code 4" in rest or \
+        "Terminating remaining workers after failure of Process 1" in rest, rest[-3000:]
     assert not [line for line in survivor if "Traceback" in line]
 
 
