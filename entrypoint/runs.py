@@ -97,7 +97,7 @@ def read_position(state_dir: str) -> dict | None:
     return None
 
 
-def _write_private_json(path: str, data: dict) -> None:
+def write_private_json(path: str, data: dict) -> None:
     """Atomically (temp + rename), 0600 like every file distrain writes in a work dir."""
     tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp-{os.getpid()}")
     with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
@@ -106,7 +106,7 @@ def _write_private_json(path: str, data: dict) -> None:
 
 
 def write_position(chief_dir: str, epochs_done: int, step: int) -> None:
-    _write_private_json(os.path.join(chief_dir, POSITION_FILE), {"epoch": epochs_done, "step": step})
+    write_private_json(os.path.join(chief_dir, POSITION_FILE), {"epoch": epochs_done, "step": step})
 
 
 def _recorded(state_dir: str) -> dict | None:
@@ -138,7 +138,7 @@ def open_run(state_dir: str, run: RunIdentity, rank: int, command: Sequence[str]
     if rank == 0:
         if not resume:
             shutil.rmtree(os.path.join(state_dir, "chief"), ignore_errors=True)
-        _write_private_json(os.path.join(state_dir, IDENTITY_FILE),
+        write_private_json(os.path.join(state_dir, IDENTITY_FILE),
                             {"name": run.name, "key": run.key, "command": list(command)})
     position = read_position(state_dir) if resume else None
     if position is None and resume and _has_state(state_dir):

@@ -38,6 +38,7 @@ from typing import Any
 
 from .errors import EXIT_WORKER_FAILED
 from .plan import Plan
+from .runs import write_private_json
 
 _LIBRARY_ROOTS = tuple({os.path.realpath(p) for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
                                                       sysconfig.get_paths()["platlib"], os.path.dirname(__file__))})
@@ -176,10 +177,7 @@ def _share(plan: Plan, mine: dict, wait: float = 10.0) -> list[dict]:
     directory = os.path.join(plan.checkpoint_dir, "stall")
     with contextlib.suppress(OSError):
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        path = os.path.join(directory, f"rank{plan.rank}.json")
-        with open(os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
-            json.dump({**mine, "time": time.time()}, handle)
-        os.replace(path + ".tmp", path)
+        write_private_json(os.path.join(directory, f"rank{plan.rank}.json"), {**mine, "time": time.time()})
     deadline = time.monotonic() + wait
     found: dict[int, dict] = {}
     while time.monotonic() < deadline:
