@@ -75,33 +75,76 @@ def _first_length(structure: Any) -> int:
     return int(tf.nest.flatten(structure)[0].shape[0])
 
 
+def _span_tensors(samples: int, batch_size: int, rank: int, size: int, replicas: int = 1) -> tuple[Any, Any, int]:
+    """[start, end) of this rank's share of every global batch (each splitting cleanly between `replicas`, or the
+    `size` ranks), as int64 tensors, and the number of batches."""
+    import tensorflow as tf
+
+    bounds = batch_bounds(samples, batch_size, max(size, replicas))
+    starts, ends = zip(*[(start + share(end - start, rank, size)[0], start + share(end - start, rank, size)[1])
+                         for start, end in bounds])
+    return tf.constant(starts, tf.int64), tf.constant(ends, tf.int64), len(bounds)
+
+
+def _gather_batches(arrays: tuple, batch_indices: Any, cardinality: int | None) -> Any:
+    """The batches of `arrays` at each element of `batch_indices` (a dataset of index vectors); `cardinality`
+    None leaves it unknown."""
+    import tensorflow as tf
+
+    tensors = tf.nest.map_structure(lambda a: tf.convert_to_tensor(a.to_numpy() if hasattr(a, "to_numpy") else a),
+                                    arrays)
+    element = tensors if len(tensors) > 1 else tensors[0]
+    dataset = batch_indices.map(lambda indices: tf.nest.map_structure(lambda t: tf.gather(t, indices), element),
+                                num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if cardinality is not None:
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(cardinality))
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
 def array_dataset(arrays: tuple, batch_size: int, shuffle: bool, rank: int = 0, size: int = 1) -> Any:
     """A tf.data pipeline of global batches of `arrays` (x[, y[, sample_weight]]), reshuffled every epoch with a
     seed shared by the ranks; with size > 1, only this rank's slice of each global batch."""
     import tensorflow as tf
 
     samples = _first_length(arrays)
-    bounds = batch_bounds(samples, batch_size, size)
-    starts, ends = zip(*[share(end - start, rank, size) for start, end in bounds])
-    offsets = [start for start, _ in bounds]
-    starts = tf.constant([o + s for o, s in zip(offsets, starts)], tf.int64)
-    ends = tf.constant([o + e for o, e in zip(offsets, ends)], tf.int64)
-    tensors = tf.nest.map_structure(lambda a: tf.convert_to_tensor(a.to_numpy() if hasattr(a, "to_numpy") else a),
-                                    arrays)
+    starts, ends, count = _span_tensors(samples, batch_size, rank, size)
     order = tf.data.Dataset.range(samples)
     if shuffle:
         order = order.shuffle(samples, seed=SHUFFLE_SEED, reshuffle_each_iteration=True)
     order = order.batch(samples)  # one element: this epoch's order, the same on every rank
 
     def batches(permutation: Any) -> Any:
-        spans = tf.data.Dataset.from_tensor_slices((starts, ends))
-        return spans.map(lambda start, end: permutation[start:end])
+        return tf.data.Dataset.from_tensor_slices((starts, ends)).map(lambda start, end: permutation[start:end])
 
-    element = tensors if len(tensors) > 1 else tensors[0]
-    dataset = order.flat_map(batches).map(
-        lambda indices: tf.nest.map_structure(lambda t: tf.gather(t, indices), element),
-        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return dataset.apply(tf.data.experimental.assert_cardinality(len(bounds))).prefetch(tf.data.AUTOTUNE)
+    return _gather_batches(arrays, order.flat_map(batches), count)
+
+
+def steps_per_epoch(arrays: tuple, batch_size: int) -> int:
+    return -(-_first_length(arrays) // batch_size)
+
+
+def positioned_array_dataset(arrays: tuple, batch_size: int, shuffle: bool, *, first_epoch: int, epochs: int,
+                             skip: int, rank: int = 0, size: int = 1, replicas: int = 1) -> Any:
+    """Every remaining epoch's batches of `arrays` in one dataset, from epoch `first_epoch` on, its first `skip`
+    batches left out: exact resume (resume.py). Epoch e's order is a permutation drawn from (seed, e) alone, so
+    a resumed process trains the batches the uninterrupted one would have, wherever it stopped. Global batches
+    (this rank's slice of each with size > 1) split cleanly between `replicas`; fit runs it with
+    steps_per_epoch = the batches of one epoch and one iterator for all epochs."""
+    import tensorflow as tf
+
+    samples = _first_length(arrays)
+    starts, ends, count = _span_tensors(samples, batch_size, rank, size, replicas)
+
+    def epoch_batches(epoch: Any) -> Any:
+        order = tf.range(samples, dtype=tf.int64)
+        if shuffle:
+            seed = tf.stack([tf.constant(SHUFFLE_SEED, tf.int64), epoch])
+            order = tf.random.experimental.stateless_shuffle(order, seed=seed)
+        return tf.data.Dataset.from_tensor_slices((starts, ends)).map(lambda start, end: order[start:end])
+
+    indices = tf.data.Dataset.range(first_epoch, epochs).flat_map(epoch_batches).skip(skip)
+    # the length stays unknown: Keras 3.15 counts the steps resume.py passes over against a known one
+    return _gather_batches(arrays, indices, None)
 
 
 def _batch_length(element: Any) -> Any:
@@ -270,16 +313,10 @@ def adapt_fit_arguments(arguments: dict, keras: Any, *, rank: int, size: int, no
     if arrays_given and arguments.get("y") is None and arguments.get("sample_weight") is not None:
         note("sample_weight without y: the input is not split, every rank trains on all of it")
         return
-    if arrays_given:
-        split = float(arguments.get("validation_split") or 0.0)
-        arrays = tuple(arguments.get(name) for name in ARRAY_ARGS if arguments.get(name) is not None)
-        if split and arguments.get("validation_data") is None:
-            import tensorflow as tf
-
-            cut = int(_first_length(arrays) * (1.0 - split))  # Keras' rule: the last fraction, before shuffling
-            arguments["validation_data"] = tf.nest.map_structure(lambda a: a[cut:], arrays)
-            arrays = tf.nest.map_structure(lambda a: a[:cut], arrays)
-        arguments["validation_split"] = 0.0
+    if getattr(x, "_distrain_rank_share", False):  # exact resume's pipeline (resume.py) already cut this rank's share
+        done = f"arrays in global batches of {x._distrain_rank_share}"
+    elif arrays_given:
+        arrays = take_validation_split(arguments)
         shuffle = arguments.get("shuffle", True) is not False
         arguments["x"] = array_dataset(arrays, batch_size, shuffle, rank, size)
         for name in ("y", "sample_weight", "batch_size"):
@@ -300,6 +337,21 @@ def adapt_fit_arguments(arguments: dict, keras: Any, *, rank: int, size: int, no
     _adapt_validation(arguments, keras, batch_size, rank, size)
     if done:
         note(f"{done}, each rank training on its 1/{size} of every batch")
+
+
+def take_validation_split(arguments: dict) -> tuple:
+    """The training arrays of fit's bound arguments; a validation_split becomes validation_data by Keras' rule (the
+    last fraction, before shuffling)."""
+    import tensorflow as tf
+
+    arrays = tuple(arguments.get(name) for name in ARRAY_ARGS if arguments.get(name) is not None)
+    split = float(arguments.get("validation_split") or 0.0)
+    if split and arguments.get("validation_data") is None:
+        cut = int(_first_length(arrays) * (1.0 - split))
+        arguments["validation_data"] = tf.nest.map_structure(lambda a: a[cut:], arrays)
+        arrays = tf.nest.map_structure(lambda a: a[:cut], arrays)
+    arguments["validation_split"] = 0.0
+    return arrays
 
 
 def _cut_structure(batch: Any, rank: int, size: int) -> Any:

@@ -4,9 +4,11 @@
   is collective, so the chief reads them locally (compat/adopt.local_reads): a chief-only save completes.
 - `Backup`: Keras' BackupAndRestore (it already gives MWM's chief/worker dirs and mid-epoch resume), plus a
   fallback to the previous checkpoint when the newest is corrupt, and Horovod's "rank 0 writes" rule.
-- Both backups write `position.json` (epochs done, steps into the next) beside each checkpoint, for the run's
-  first log line, and survive a failed write (a full disk, a quota): the previous checkpoint stays, training
-  goes on. `save_now` is what a stop on a signal (stopping.py) and a timed checkpoint call.
+- Both backups record each checkpoint's position (epochs done, steps into the next: runs.write_position), for
+  exact resume (resume.py) and the run's first log line, and survive a failed write (a full disk, a quota): the
+  previous checkpoint stays, training goes on. `save_now` is what a stop on a signal (stopping.py) and a timed
+  checkpoint call. With `exact` set (the input is positioned), a mid-epoch checkpoint resumes at its step;
+  without, at the start of its epoch with its partial progress.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import runs, workdirs
-from .errors import EnvironmentProblem
+from .errors import EXIT_PREEMPTED, DistrainError, EnvironmentProblem
 from .log import get as log
 from .plan import Plan
 
@@ -135,8 +137,8 @@ def make_backup_callback(plan: Plan, keras: Any) -> Any:
             chief_dir = os.path.join(self.backup_dir, "chief") if plan.is_chief else None
             self.written = _write_guarded(lambda: super(Backup, self)._backup(epoch=epoch, batch=batch), chief_dir)
             if self.written:
-                if chief_dir:
-                    runs.write_position(chief_dir, *self._position)
+                if chief_dir and (newest := newest_checkpoint(chief_dir)):
+                    runs.write_position(newest, *self._position)
                 workdirs.make_tree_private(self.backup_dir)  # TensorFlow writes with the umask: make it 0600/0700
 
         def _restore_guarded(self, begin: Callable[..., Any]) -> None:
@@ -151,13 +153,16 @@ def make_backup_callback(plan: Plan, keras: Any) -> Any:
                         raise
                     log().warning(f"checkpoint {newest} is unreadable ({type(exc).__name__}); falling back")
                     _drop_checkpoint(chief_dir, newest)
+                    _refuse_if_positioned_elsewhere(self, plan)
             epoch = int(self._training_state._ckpt_saved_epoch.numpy())
             if epoch >= 0 and plan.is_chief:
-                log().info(f"resumed from checkpoint in {chief_dir} (epoch {epoch + 1} done)")
+                position = runs.read_position(plan.checkpoint_dir)
+                at = runs.describe(position) if position else f"the end of epoch {epoch + 1}"
+                log().info(f"resumed from checkpoint in {chief_dir}: training goes on at {at}")
 
         def save_now(self, epoch: int, batch: int) -> str | None:
             """Write a checkpoint now (a signal, a timed checkpoint); say where a resume starts, None if it failed."""
-            if self.save_freq == "epoch":
+            if self.save_freq == "epoch" and not self.exact:
                 # epoch-level resume restarts at saved_epoch + 1: mark the interrupted epoch as not done
                 self._training_state._ckpt_saved_epoch.assign(epoch - 1)
                 self._position = (epoch, 0)
@@ -171,7 +176,7 @@ def make_backup_callback(plan: Plan, keras: Any) -> Any:
 
     save_freq: Any = plan.checkpoint_every or "epoch"
     backup = Backup(backup_dir=plan.checkpoint_dir, save_freq=save_freq)
-    backup._position, backup.written = (0, 0), False
+    backup._position, backup.written, backup.exact, backup.expected = (0, 0), False, False, None
     return backup
 
 
@@ -189,6 +194,8 @@ def _keras3_backup(plan: Plan, keras: Any) -> Any:
             self.save_freq: Any = plan.checkpoint_every or "epoch"
             self._epoch = 0
             self._steps = 0
+            self.exact = False
+            self.expected = None
 
         def on_train_begin(self, logs: Any = None) -> None:
             while True:
@@ -206,9 +213,12 @@ def _keras3_backup(plan: Plan, keras: Any) -> Any:
                 except Exception as exc:  # noqa: BLE001 - h5py/json/Keras raise many types for a bad file
                     log().warning(f"checkpoint {newest} is unreadable ({type(exc).__name__}); falling back")
                     _drop_checkpoint(chief_dir, newest)
+                    _refuse_if_positioned_elsewhere(self, plan)
             self.model._initial_epoch = done
             if plan.is_chief:
-                log().info(f"resumed from checkpoint in {chief_dir} (epoch {done} done)")
+                position = runs.read_position(plan.checkpoint_dir) if self.exact else None
+                at = runs.describe(position or {"epoch": done, "step": 0})
+                log().info(f"resumed from checkpoint in {chief_dir}: training goes on at {at}")
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             self._epoch = epoch
@@ -216,7 +226,7 @@ def _keras3_backup(plan: Plan, keras: Any) -> Any:
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             self._steps += 1
             if self.save_freq != "epoch" and self._steps % self.save_freq == 0:
-                self._save(self._epoch)
+                self._save(self._epoch, batch + 1 if self.exact else 0)
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             if self.save_freq == "epoch":
@@ -226,7 +236,7 @@ def _keras3_backup(plan: Plan, keras: Any) -> Any:
             if plan.is_chief:
                 shutil.rmtree(chief_dir, ignore_errors=True)
 
-        def _save(self, epochs_done: int) -> bool:
+        def _save(self, epochs_done: int, step: int = 0) -> bool:
             if not plan.is_chief:
                 return True  # the chief reads locally: nothing collective for the others to join
             os.makedirs(chief_dir, mode=0o700, exist_ok=True)
@@ -240,10 +250,10 @@ def _keras3_backup(plan: Plan, keras: Any) -> Any:
                     with _local_reads(plan):
                         self.model.save_weights(tmp)
                     os.replace(tmp, prefix + ".weights.h5")
+                    runs.write_position(prefix, epochs_done, step)
                     with open(prefix + ".json.tmp", "w") as handle:
                         json.dump({"epochs_done": epochs_done}, handle)
                     os.replace(prefix + ".json.tmp", prefix + ".json")  # last: without it there is no checkpoint
-                    runs.write_position(chief_dir, epochs_done, 0)
                 finally:
                     _remove(tmp)
 
@@ -255,12 +265,24 @@ def _keras3_backup(plan: Plan, keras: Any) -> Any:
             workdirs.make_tree_private(chief_dir)
             return True
 
-        def save_now(self, epoch: int, batch: int) -> str | None:  # noqa: ARG002 - the tf_keras one's interface
+        def save_now(self, epoch: int, batch: int) -> str | None:
+            if self.exact:
+                return f"epoch {epoch + 1} step {batch + 1}" if self._save(epoch, batch + 1) else None
             if not self._save(epoch):
                 return None
             return f"the start of epoch {epoch + 1}, with its partial progress"
 
     return Keras3Backup()
+
+
+def _refuse_if_positioned_elsewhere(backup: Any, plan: Plan) -> None:
+    """The input was positioned for the newest checkpoint (resume.py), now set aside as unreadable: the previous
+    one starts elsewhere. Stop (exit 75, requeued like a preemption) rather than train from the wrong batch; the
+    rerun positions the input for the previous checkpoint."""
+    if backup.expected is None:
+        return
+    raise DistrainError(f"the newest checkpoint in {plan.checkpoint_dir} was unreadable and is set aside; rerun "
+                        "to resume exactly from the previous one", EXIT_PREEMPTED)
 
 
 def _number(path: str) -> int:

@@ -16,7 +16,7 @@ import sys
 import threading
 from typing import Any
 
-from . import batches, checkpoint, stalls, stopping, sync
+from . import batches, checkpoint, resume, stalls, stopping, sync
 from .compat import adopt
 from .engines import Engine
 from .errors import ConfigError
@@ -80,12 +80,16 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
         after.append(stopping.make_callback(plan, keras, tf, engine, backup))
         # first of all: an epoch's end is a pause for the stall watchdog before the script's callbacks run
         args_["callbacks"] = [stalls.make_callback(plan, keras), *before, *user, *after]
+        position = _position_input(engine, self, args_, user) if backup is not None else None
+        if backup is not None:
+            backup.exact, backup.expected = position is not None, position
         _adapt_input(engine, keras, self, args_, user)
         if not plan.is_chief:
             args_["verbose"] = 0
         elif "verbose" not in args_ and not sys.stdout.isatty():
             args_["verbose"] = 2  # one line per epoch in batch logs instead of a progress bar per step
-        return orig_fit(*bound.args, **bound.kwargs)
+        with resume.starting_at(plan.keras, self, position):
+            return orig_fit(*bound.args, **bound.kwargs)
 
     @_once
     def compile(self, *args, **kwargs):  # noqa: ANN001, ANN202, A001
@@ -141,22 +145,38 @@ def _horovod_callbacks(engine: Engine, keras: Any, user: list) -> list:
     ) if not adopt.has_horovod_callback(user, name)]
 
 
-def _adapt_input(engine: Engine, keras: Any, model: Any, arguments: dict, user_callbacks: list) -> None:
+def _note_input(engine: Engine, line: str) -> None:
+    """One line on what was done with fit's input, from the chief, once."""
+    if engine.plan.is_chief and not getattr(_inside, "noted_input", False):
+        _inside.noted_input = True
+        log().info(f"input: {line}")
+
+
+def _splits_batches_between_ranks(engine: Engine, model: Any, user_callbacks: list) -> bool:
     """Zero-code Horovod: each rank trains on its share of every global batch (batches.py). A script written for
     Horovod (its own DistributedOptimizer or Horovod callbacks) chose per-rank batches itself and is left alone."""
     if engine.hvd is None or engine.size < 2:
-        return
+        return False
     optimizer = getattr(model, "optimizer", None)
     own_optimizer = adopt.is_horovod_optimizer(optimizer) and not getattr(optimizer, "_distrain_wrapped", False)
-    if own_optimizer or any(type(c).__module__.startswith("horovod") for c in user_callbacks):
-        return
+    return not (own_optimizer or any(type(c).__module__.startswith("horovod") for c in user_callbacks))
 
-    def note(line: str) -> None:
-        if engine.plan.is_chief and not getattr(_inside, "noted_input", False):
-            _inside.noted_input = True
-            log().info(f"input: {line}")
 
-    batches.adapt_fit_arguments(arguments, keras, rank=engine.rank, size=engine.size, note=note)
+def _adapt_input(engine: Engine, keras: Any, model: Any, arguments: dict, user_callbacks: list) -> None:
+    if _splits_batches_between_ranks(engine, model, user_callbacks):
+        batches.adapt_fit_arguments(arguments, keras, rank=engine.rank, size=engine.size,
+                                    note=lambda line: _note_input(engine, line))
+
+
+def _position_input(engine: Engine, model: Any, arguments: dict, user_callbacks: list) -> resume.Position | None:
+    """Exact resume's input (resume.py), cut into this rank's shares where zero-code Horovod splits batches."""
+    if engine.hvd is not None and engine.size > 1 and not _splits_batches_between_ranks(engine, model,
+                                                                                          user_callbacks):
+        return None  # each rank reads its own data, as the script chose: nothing shared to position
+    rank, size = (engine.rank, engine.size) if engine.hvd is not None else (0, 1)
+    replicas = engine.strategy.num_replicas_in_sync if engine.strategy is not None else size
+    return resume.position_input(arguments, keras_family=engine.plan.keras, checkpoint_dir=engine.plan.checkpoint_dir,
+                                 rank=rank, size=size, replicas=replicas, note=lambda line: _note_input(engine, line))
 
 
 def _adopt_horovod_tensorflow_api(engine: Engine) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import glob
 import hashlib
 import json
 import os
@@ -27,7 +28,7 @@ from pathlib import Path
 from .errors import ConfigError
 
 IDENTITY_FILE = "run.json"
-POSITION_FILE = "position.json"  # written beside each checkpoint: where a resume starts (epoch, step)
+POSITION_SUFFIX = ".position"  # ckpt-N.position beside each checkpoint: where a resume from it starts
 
 
 @dataclass(frozen=True)
@@ -89,9 +90,17 @@ def _lock(directory: str, rank: int) -> None:
 
 
 def read_position(state_dir: str) -> dict | None:
-    """{'epoch': E, 'step': S} of the newest checkpoint (E epochs done, S steps into the next), or None."""
+    """{'epoch': E, 'step': S} of the newest complete checkpoint (E epochs done, S steps into the next), or None
+    when it records none. Read from the checkpoint's own record: one set aside as unreadable takes it along."""
+    chief = os.path.join(state_dir, "chief")
+    complete = glob.glob(os.path.join(chief, "ckpt-*.index")) + glob.glob(os.path.join(chief, "ckpt-*.json"))
+    numbered = [(int(m.group(1)), m.group(0)) for path in complete
+                if (m := re.fullmatch(r".*/ckpt-(\d+)\.(?:index|json)", path))]
+    if not numbered:
+        return None
+    prefix = os.path.splitext(max(numbered)[1])[0]
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        with open(os.path.join(state_dir, "chief", POSITION_FILE)) as handle:
+        with open(prefix + POSITION_SUFFIX) as handle:
             data = json.load(handle)
         return {"epoch": int(data["epoch"]), "step": int(data["step"])}
     return None
@@ -105,8 +114,9 @@ def write_private_json(path: str, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def write_position(chief_dir: str, epochs_done: int, step: int) -> None:
-    write_private_json(os.path.join(chief_dir, POSITION_FILE), {"epoch": epochs_done, "step": step})
+def write_position(checkpoint_prefix: str, epochs_done: int, step: int) -> None:
+    """Record beside a checkpoint where a resume from it starts (before the file that marks it complete)."""
+    write_private_json(checkpoint_prefix + POSITION_SUFFIX, {"epoch": epochs_done, "step": step})
 
 
 def _recorded(state_dir: str) -> dict | None:

@@ -53,9 +53,22 @@ def test_open_run_says_new_then_resuming_at_the_recorded_position(tmp_path):
     chief = tmp_path / "chief"
     chief.mkdir()
     (chief / "ckpt-3.json").write_text("{}")
-    runs.write_position(str(chief), 2, 5)
+    runs.write_position(str(chief / "ckpt-3"), 2, 5)
     line = runs.open_run(str(tmp_path), identity(), 0, ["train.py"], True, False)
     assert line.startswith("resuming run a at epoch 3, step 6")  # 5 steps of epoch 3 done
+
+
+def test_the_position_is_the_newest_complete_checkpoints_own(tmp_path):
+    chief = tmp_path / "chief"
+    chief.mkdir()
+    for number, epoch, step in ((9, 1, 4), (10, 2, 0)):
+        (chief / f"ckpt-{number}.index").write_text("")
+        runs.write_position(str(chief / f"ckpt-{number}"), epoch, step)
+    assert runs.read_position(str(tmp_path)) == {"epoch": 2, "step": 0}  # 10 > 9: by number, not by name
+    (chief / "ckpt-10.index").rename(chief / "ckpt-10.index.corrupt")  # set aside as unreadable
+    assert runs.read_position(str(tmp_path)) == {"epoch": 1, "step": 4}
+    (chief / "ckpt-11.json").write_text("{}")  # complete, but written without a position
+    assert runs.read_position(str(tmp_path)) is None
 
 
 def test_another_runs_state_is_refused_unless_told_to_start_over(tmp_path):

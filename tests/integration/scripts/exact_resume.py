@@ -1,0 +1,75 @@
+"""A plain Keras script with numpy input, shuffled every epoch, that records which samples it trains on.
+
+    distrain run exact_resume.py --out DIR [--epochs 3]
+
+Test instruments, not part of the pattern: the model's first layer appends the index of every sample it trains
+on to DIR/ids-rank<r>.txt (one line per batch), the chief writes its final weights to DIR/weights.npy, and
+STOP_AT=EPOCH:STEP makes rank 0 send itself SIGTERM after that step (1-based), as a preemption would.
+"""
+
+import argparse
+import json
+import os
+import signal
+
+import numpy as np
+import tensorflow as tf
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--out", required=True)
+parser.add_argument("--epochs", type=int, default=3)
+parser.add_argument("--samples", type=int, default=100)
+parser.add_argument("--batch-size", type=int, default=16)
+args = parser.parse_args()
+
+tf.keras.utils.set_random_seed(1)
+rng = np.random.default_rng(0)
+features = rng.normal(size=(args.samples, 4)).astype("float32")
+x = np.concatenate([features, np.arange(args.samples, dtype="float32")[:, None]], axis=1)  # last column: index
+y = (features.sum(axis=1) > 0).astype("float32")
+
+
+def my_rank() -> int:
+    if os.environ.get("TF_CONFIG"):
+        return json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    return int(os.environ.get("HOROVOD_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or 0)
+
+
+def record(indices):
+    with open(os.path.join(args.out, f"ids-rank{my_rank()}.txt"), "a") as handle:
+        handle.write(" ".join(str(int(i)) for i in indices) + "\n")
+    return np.int64(len(indices))
+
+
+class RecordIds(tf.keras.layers.Layer):
+    def call(self, inputs, training=None):
+        if training:
+            done = tf.numpy_function(record, [inputs[:, -1]], tf.int64, stateful=True)
+            with tf.control_dependencies([done]):
+                return tf.identity(inputs[:, :-1])
+        return inputs[:, :-1]
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[1] - 1)
+
+
+class StopAt(tf.keras.callbacks.Callback):
+    def __init__(self, epoch: int, step: int):
+        super().__init__()
+        self.stop_at, self.epoch = (epoch - 1, step - 1), 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if (self.epoch, batch) == self.stop_at and my_rank() == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+model = tf.keras.Sequential([tf.keras.layers.Input((5,)), RecordIds(), tf.keras.layers.Dense(8, activation="relu"),
+                             tf.keras.layers.Dense(1)])
+model.compile(optimizer=tf.keras.optimizers.Adam(0.01), loss=tf.keras.losses.BinaryCrossentropy(from_logits=True))
+callbacks = [StopAt(*map(int, os.environ["STOP_AT"].split(":")))] if os.environ.get("STOP_AT") else []
+model.fit(x, y, batch_size=args.batch_size, epochs=args.epochs, shuffle=True, callbacks=callbacks)
+if my_rank() == 0:
+    np.save(os.path.join(args.out, "weights.npy"), np.concatenate([w.ravel() for w in model.get_weights()]))

@@ -1,0 +1,82 @@
+"""A stop is invisible: stopped mid-epoch and resumed, a run trains the very batches, in the very order, and ends
+with the very weights of the same run never stopped: single, MWM x2 and Horovod x2, both Keras families, numpy
+input reshuffled every epoch (tests/integration/scripts/exact_resume.py records every sample it trains on)."""
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import DISTRAIN, KERAS_FAMILIES, ROOT, keras_env, run
+
+SCRIPT = str(ROOT / "tests" / "integration" / "scripts" / "exact_resume.py")
+LAUNCHERS = {
+    "single": [DISTRAIN, "run"],
+    "mwm": [DISTRAIN, "launch", "-n", "2"],
+    "horovod": ["horovodrun", "-np", "2", "--gloo", DISTRAIN, "run"],
+}
+
+
+def train(launcher: list[str], out: Path, state: Path, family: str, **env: str):
+    out.mkdir(exist_ok=True)
+    return run([*launcher, SCRIPT, "--out", str(out)], env=keras_env(family, DISTRAIN_OUTPUT_DIR=str(state), **env))
+
+
+def trained_ids(out: Path) -> dict[str, list[str]]:
+    """Each rank's trained batches, in order (sample indices, one line per batch)."""
+    return {p.name: p.read_text().splitlines() for p in sorted(out.glob("ids-rank*.txt"))}
+
+
+def every_sample(ids: dict[str, list[str]]) -> list[int]:
+    return sorted(int(i) for lines in ids.values() for line in lines for i in line.split())
+
+
+@pytest.mark.core
+@pytest.mark.parametrize("family", KERAS_FAMILIES)
+@pytest.mark.parametrize("mode", LAUNCHERS)
+def test_a_run_stopped_mid_epoch_resumes_exactly_where_it_was(tmp_path, mode, family):
+    launcher = LAUNCHERS[mode]
+    never_stopped = train(launcher, tmp_path / "a", tmp_path / "state-a", family)
+    assert never_stopped.returncode == 0, never_stopped.stdout[-3000:]
+
+    # rank 0 gets SIGTERM after epoch 2 step 3; every rank checks for a stop at each step (0.01 s)
+    stopped = train(launcher, tmp_path / "b", tmp_path / "state-b", family, STOP_AT="2:3",
+                    DISTRAIN_STOP_CHECK_SECONDS="0.01")
+    assert stopped.returncode != 0, stopped.stdout[-3000:]
+    where = re.search(r"stopped on SIGTERM after saving a checkpoint at epoch (\d+) step (\d+)", stopped.stdout)
+    assert where and (int(where[1]), int(where[2])) < (3, 7), stopped.stdout[-3000:]  # mid-epoch, not at its end
+    resumed = train(launcher, tmp_path / "b", tmp_path / "state-b", family)
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert f"at epoch {where[1]}, step {int(where[2]) + 1} " in resumed.stdout, resumed.stdout[-3000:]
+
+    reference, stopped_and_resumed = trained_ids(tmp_path / "a"), trained_ids(tmp_path / "b")
+    assert len(reference) == (1 if mode == "single" else 2)
+    assert stopped_and_resumed == reference  # the same batches in the same order: nothing repeated or skipped
+    assert every_sample(reference) == sorted(list(range(100)) * 3)  # 3 epochs of 100, split between the ranks
+    assert np.array_equal(np.load(tmp_path / "a" / "weights.npy"), np.load(tmp_path / "b" / "weights.npy"))
+
+
+def test_a_negative_control_tells_a_different_order_apart(tmp_path):
+    """The comparison can fail: the same run without distrain's checkpoints resumes nothing and retrains."""
+    never_stopped = train(LAUNCHERS["single"], tmp_path / "a", tmp_path / "state-a", "keras3")
+    stopped = train(LAUNCHERS["single"], tmp_path / "b", tmp_path / "state-b", "keras3", STOP_AT="2:3",
+                    DISTRAIN_STOP_CHECK_SECONDS="0.01", DISTRAIN_CHECKPOINT="0")
+    assert stopped.returncode == 75 and never_stopped.returncode == 0, stopped.stdout[-3000:]
+    train(LAUNCHERS["single"], tmp_path / "b", tmp_path / "state-b", "keras3", DISTRAIN_CHECKPOINT="0")
+    assert trained_ids(tmp_path / "b") != trained_ids(tmp_path / "a")
+    assert not np.array_equal(np.load(tmp_path / "a" / "weights.npy"), np.load(tmp_path / "b" / "weights.npy"))
+
+
+@pytest.mark.parametrize(("before", "after"), [("mwm", "single"), ("single", "mwm")])
+def test_a_run_resumes_on_another_number_of_workers(tmp_path, before, after):
+    """Stopped on 2 workers and resumed on 1 (or the reverse): the same global batches go on from the same step,
+    every sample once per epoch."""
+    stopped = train(LAUNCHERS[before], tmp_path / "b", tmp_path / "state", "keras3", STOP_AT="2:3",
+                    DISTRAIN_STOP_CHECK_SECONDS="0.01")
+    where = re.search(r"stopped on SIGTERM after saving a checkpoint at epoch (\d+) step (\d+)", stopped.stdout)
+    assert where, stopped.stdout[-3000:]
+    resumed = train(LAUNCHERS[after], tmp_path / "b", tmp_path / "state", "keras3")
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert f"at epoch {where[1]}, step {int(where[2]) + 1} " in resumed.stdout, resumed.stdout[-3000:]
+    assert every_sample(trained_ids(tmp_path / "b")) == sorted(list(range(100)) * 3)
