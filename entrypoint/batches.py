@@ -62,10 +62,10 @@ def is_array_input(x: Any) -> bool:
         return bool(x) and all(is_array_input(v) for v in x)
     if hasattr(x, "to_numpy") and hasattr(x, "shape"):  # pandas
         return True
-    return isinstance(x, np.ndarray) or (hasattr(x, "shape") and hasattr(x, "dtype") and not _is_dataset(x))
+    return isinstance(x, np.ndarray) or (hasattr(x, "shape") and hasattr(x, "dtype") and not is_dataset(x))
 
 
-def _is_dataset(x: Any) -> bool:
+def is_dataset(x: Any) -> bool:
     return any(cls.__name__ == "DatasetV2" and "tensorflow" in cls.__module__ for cls in type(x).__mro__)
 
 
@@ -285,6 +285,15 @@ def _known_batch_size(dataset: Any) -> int | None:
     return size if size > 0 else None
 
 
+def evened_for_replicas(dataset: Any, replicas: int) -> Any:
+    """`dataset` with its last batch evened out (even_out_last_batch) where TensorFlow's own split needs it."""
+    # The look-ahead hides the batch op from TensorFlow, whose rebatch then cuts ceil(size / replicas) pieces;
+    # a full batch that would leave a replica empty that way (9 on 4) keeps TensorFlow's even split instead.
+    if replicas > 1 and splits_cleanly(_known_batch_size(dataset) or replicas, replicas):
+        return even_out_last_batch(dataset, replicas)
+    return dataset
+
+
 def even_out_input(strategy: Any) -> None:
     """Make `strategy.experimental_distribute_dataset` even out a short last batch first (see the module doc)."""
     original = strategy.experimental_distribute_dataset
@@ -292,11 +301,8 @@ def even_out_input(strategy: Any) -> None:
         return
 
     def distribute(dataset: Any, *args: Any, **kwargs: Any) -> Any:
-        replicas = strategy.num_replicas_in_sync
-        # The look-ahead hides the batch op from TensorFlow, whose rebatch then cuts ceil(size / replicas) pieces;
-        # a full batch that would leave a replica empty that way (9 on 4) keeps TensorFlow's even split instead.
-        if splits_cleanly(_known_batch_size(dataset) or replicas, replicas):
-            dataset = even_out_last_batch(dataset, replicas)
+        if not getattr(dataset, "_distrain_evened", False):  # resume.py evens each epoch before repeating it
+            dataset = evened_for_replicas(dataset, strategy.num_replicas_in_sync)
         return original(dataset, *args, **kwargs)
 
     distribute._distrain_evens = True
@@ -314,7 +320,7 @@ def adapt_fit_arguments(arguments: dict, keras: Any, *, rank: int, size: int, no
         note("sample_weight without y: the input is not split, every rank trains on all of it")
         return
     if getattr(x, "_distrain_rank_share", False):  # exact resume's pipeline (resume.py) already cut this rank's share
-        done = f"arrays in global batches of {x._distrain_rank_share}"
+        done = "batches positioned for exact resume taken as global batches"
     elif arrays_given:
         arrays = take_validation_split(arguments)
         shuffle = arguments.get("shuffle", True) is not False
@@ -322,7 +328,7 @@ def adapt_fit_arguments(arguments: dict, keras: Any, *, rank: int, size: int, no
         for name in ("y", "sample_weight", "batch_size"):
             arguments.pop(name, None)
         done = f"arrays in global batches of {batch_size}"
-    elif x is not None and _is_dataset(x) and is_sharded(x):
+    elif x is not None and is_dataset(x) and is_sharded(x):
         note("the script shards its dataset itself: left as it is")
         return
     elif x is not None and (shared := _share_of_batches(x, keras, rank, size)) is not None:
@@ -380,14 +386,14 @@ def _adapt_validation(arguments: dict, keras: Any, batch_size: int, rank: int, s
         arrays = tuple(d for d in data if d is not None)
         arguments["validation_data"] = array_dataset(arrays, validation_batch, False, rank, size)
         arguments.pop("validation_batch_size", None)
-    elif not (_is_dataset(data) and is_sharded(data)) and (shared := _share_of_batches(data, keras, rank, size)):
+    elif not (is_dataset(data) and is_sharded(data)) and (shared := _share_of_batches(data, keras, rank, size)):
         arguments["validation_data"] = shared[0]
 
 
 def _share_of_batches(data: Any, keras: Any, rank: int, size: int) -> tuple[Any, str] | None:
     """This rank's share of input that yields global batches (tf.data, PyDataset/Sequence) and what it was;
     None for anything else."""
-    if _is_dataset(data):
+    if is_dataset(data):
         return rank_slices(even_out_last_batch(data, size), rank, size), "tf.data"
     if _is_sequence(keras, data):
         return rank_share_of_sequence(keras, data, rank, size), "PyDataset"

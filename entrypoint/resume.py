@@ -6,15 +6,16 @@ never the last ones; and a reshuffling input replays epoch 1's order in a new pr
 
 - **The data position.** numpy input (the common `fit(x, y, batch_size, shuffle=True)`) is taken into one
   pipeline over all remaining epochs (batches.positioned_array_dataset) whose epoch e order is drawn from
-  (seed, e) alone; a resume at epoch E, step S starts it at E and leaves out S batches. The same pipeline runs
-  whether or not the run was ever stopped, so both train the same batches.
+  (seed, e) alone; a resume at epoch E, step S starts it at E and leaves out S batches. A tf.data dataset of
+  known length is repeated for the remaining epochs, the orders of the epochs done drawn first, S batches
+  skipped. The same pipeline runs whether or not the run was ever stopped, so both train the same batches.
 - **The step count.** The resumed epoch runs its steps S..end only (tf_keras: the counters its own
   BackupAndRestore would load; Keras 3: the first S steps of the epoch iterator are passed over before any batch
   is read).
 
 Checkpoints record (E, S) beside the weights (runs.write_position). Input that cannot be positioned (a Python
-generator, a Sequence, tf.data, a script's own steps_per_epoch) is said so at start-up and resumes at the start
-of the interrupted epoch, with its partial progress, as before.
+generator, a Sequence, a dataset of unknown length or shuffled without a seed, a script's own steps_per_epoch)
+is said so at start-up and resumes at the start of the interrupted epoch, with its partial progress.
 """
 
 from __future__ import annotations
@@ -45,48 +46,100 @@ def position_input(arguments: dict, *, keras_family: str, checkpoint_dir: str, r
     """Rewrite fit's bound arguments so that the input is positioned (see the module doc); the position this fit
     starts at, or None (said through `note`) when the input cannot be positioned. rank/size: this rank's share of
     every global batch (zero-code Horovod), else 0/1; replicas: how many replicas each global batch feeds."""
-    x = arguments.get("x")
     saved = saved_position(checkpoint_dir)
-    why_not = _why_not_positionable(arguments)
+    why_not = _why_not_positionable(arguments, keras_family)
     if saved is None and checkpoint.newest_checkpoint(os.path.join(checkpoint_dir, "chief")):
         why_not = why_not or "the checkpoint records no position (an older distrain wrote it)"
-    if keras_family == "keras3" and _keras3_step_generator() is None:
-        why_not = why_not or "this Keras 3 has no epoch iterator distrain knows how to start mid-epoch"
     if why_not:
         note(f"{why_not}: a stop resumes at the start of the interrupted epoch, with its partial progress")
         return None
     epochs = int(arguments.get("epochs") or 1)
-    batch_size = int(arguments.get("batch_size") or 32)
-    arrays = batches.take_validation_split(arguments)
-    steps = batches.steps_per_epoch(arrays, batch_size)
-    position = saved or Position(int(arguments.get("initial_epoch") or 0), 0)
+    start = saved or Position(int(arguments.get("initial_epoch") or 0), 0)
+    if batches.is_dataset(arguments["x"]):
+        dataset = arguments["x"]
+        steps = int(dataset.cardinality())
+        position = _within(start, steps, epochs)
+        dataset = _positioned_dataset(dataset, position, epochs, rank, size, replicas)
+    else:
+        batch_size = int(arguments.get("batch_size") or 32)
+        arrays = batches.take_validation_split(arguments)
+        steps = batches.steps_per_epoch(arrays, batch_size)
+        position = _within(start, steps, epochs)
+        shuffle = arguments.get("shuffle", True) is not False
+        dataset = batches.positioned_array_dataset(arrays, batch_size, shuffle, first_epoch=position.epoch,
+                                                   epochs=epochs, skip=position.step, rank=rank, size=size,
+                                                   replicas=replicas)
+        if size > 1:
+            dataset._distrain_rank_share = batch_size  # read by batches.adapt_fit_arguments
+    dataset._distrain_evened = True  # every epoch's last batch splits cleanly: batches.even_out_input
+    for name in ("y", "sample_weight", "batch_size", "shuffle"):
+        arguments.pop(name, None)
+    arguments.update(x=dataset, steps_per_epoch=steps, initial_epoch=position.epoch)
+    return position
+
+
+def _within(position: Position, steps: int, epochs: int) -> Position:
     if position.step >= steps:
         position = Position(position.epoch + 1, 0)
     if position.epoch >= epochs:
         position = Position(epochs - 1, steps)  # nothing left to train: an empty remainder of the last epoch
-    shuffle = arguments.get("shuffle", True) is not False
-    dataset = batches.positioned_array_dataset(arrays, batch_size, shuffle, first_epoch=position.epoch,
-                                               epochs=epochs, skip=position.step, rank=rank, size=size,
-                                               replicas=replicas)
-    if size > 1:
-        dataset._distrain_rank_share = batch_size  # noqa: SLF001 - read by batches.adapt_fit_arguments
-    for name in ("y", "sample_weight", "batch_size", "shuffle"):
-        arguments.pop(name, None)
-    arguments.update(x=dataset, steps_per_epoch=steps, initial_epoch=position.epoch)
-    del x
     return position
 
 
-def _why_not_positionable(arguments: dict) -> str | None:
+def _positioned_dataset(dataset: Any, position: Position, epochs: int, rank: int, size: int, replicas: int) -> Any:
+    """The script's dataset, one epoch after the other from `position` on. `repeat` gives each epoch the order
+    Keras' new iterator per epoch gives (a seeded `shuffle(reshuffle_each_iteration=True)` draws its next order
+    for each new iterator), so the same run stopped or not trains the same batches; a resumed process creates
+    the iterators of the epochs done (nothing is read: that draws their orders) before it starts."""
+    per_epoch = dataset
+    if size > 1 and not batches.is_sharded(dataset):  # zero-code Horovod: this rank's share of each batch
+        per_epoch = batches.rank_slices(batches.even_out_last_batch(dataset, size), rank, size)
+        per_epoch._distrain_rank_share = True
+    elif replicas > 1:
+        per_epoch = batches.evened_for_replicas(dataset, replicas)
+    for _ in range(position.epoch):
+        iter(per_epoch)
+    positioned = per_epoch.repeat(epochs - position.epoch).skip(position.step)
+    positioned._distrain_rank_share = getattr(per_epoch, "_distrain_rank_share", False)
+    return positioned
+
+
+def _why_not_positionable(arguments: dict, keras_family: str) -> str | None:
     x = arguments.get("x")
-    if x is None or not batches.is_array_input(x):
-        kind = "a tf.data dataset" if x is not None and batches._is_dataset(x) else f"input of type {type(x).__name__}"  # noqa: SLF001
-        return f"{kind} is not positioned by distrain"
+    if keras_family == "keras3" and _keras3_step_generator() is None:
+        return "this Keras 3 has no epoch iterator distrain knows how to start mid-epoch"
     if arguments.get("steps_per_epoch"):
         return "the script sets steps_per_epoch"
+    if x is not None and batches.is_dataset(x):
+        length = int(x.cardinality())
+        if length < 1:
+            return f"a tf.data dataset of {'endless' if length == -1 else 'unknown'} length is not positioned"
+        if unseeded_shuffle(x):
+            return "the dataset shuffles without a seed (give shuffle a seed, or call tf.random.set_seed)"
+        return None
+    if x is None or not batches.is_array_input(x):
+        return f"input of type {type(x).__name__} is not positioned by distrain"
     if arguments.get("y") is None and arguments.get("sample_weight") is not None:
         return "sample_weight without y"
     return None
+
+
+def unseeded_shuffle(dataset: Any) -> bool:
+    """Whether the pipeline has a shuffle with neither its own seed nor a global one: its orders are new in every
+    process, so no resumed process can know the interrupted epoch's."""
+    seen, todo = set(), [dataset]
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if type(current).__name__ == "_ShuffleDataset":
+            with contextlib.suppress(AttributeError, TypeError, ValueError):
+                if int(current._seed) == 0 and int(current._seed2) == 0:
+                    return True
+        with contextlib.suppress(Exception):
+            todo.extend(current._inputs())
+    return False
 
 
 @contextlib.contextmanager

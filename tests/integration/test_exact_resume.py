@@ -1,6 +1,7 @@
 """A stop is invisible: stopped mid-epoch and resumed, a run trains the very batches, in the very order, and ends
 with the very weights of the same run never stopped: single, MWM x2 and Horovod x2, both Keras families, numpy
-input reshuffled every epoch (tests/integration/scripts/exact_resume.py records every sample it trains on)."""
+input with shuffle=True and a tf.data dataset reshuffled every epoch (tests/integration/scripts/exact_resume.py
+records every sample it trains on)."""
 
 import re
 from pathlib import Path
@@ -18,9 +19,10 @@ LAUNCHERS = {
 }
 
 
-def train(launcher: list[str], out: Path, state: Path, family: str, **env: str):
+def train(launcher: list[str], out: Path, state: Path, family: str, data: str = "numpy", **env: str):
     out.mkdir(exist_ok=True)
-    return run([*launcher, SCRIPT, "--out", str(out)], env=keras_env(family, DISTRAIN_OUTPUT_DIR=str(state), **env))
+    return run([*launcher, SCRIPT, "--input", data, "--out", str(out)],
+               env=keras_env(family, DISTRAIN_OUTPUT_DIR=str(state), **env))
 
 
 def trained_ids(out: Path) -> dict[str, list[str]]:
@@ -32,21 +34,21 @@ def every_sample(ids: dict[str, list[str]]) -> list[int]:
     return sorted(int(i) for lines in ids.values() for line in lines for i in line.split())
 
 
-@pytest.mark.core
 @pytest.mark.parametrize("family", KERAS_FAMILIES)
-@pytest.mark.parametrize("mode", LAUNCHERS)
-def test_a_run_stopped_mid_epoch_resumes_exactly_where_it_was(tmp_path, mode, family):
+@pytest.mark.parametrize("mode", ["single", pytest.param("mwm", marks=pytest.mark.core), "horovod"])
+@pytest.mark.parametrize("data", ["numpy", "tfdata"])
+def test_a_run_stopped_mid_epoch_resumes_exactly_where_it_was(tmp_path, mode, family, data):
     launcher = LAUNCHERS[mode]
-    never_stopped = train(launcher, tmp_path / "a", tmp_path / "state-a", family)
+    never_stopped = train(launcher, tmp_path / "a", tmp_path / "state-a", family, data)
     assert never_stopped.returncode == 0, never_stopped.stdout[-3000:]
 
     # rank 0 gets SIGTERM after epoch 2 step 3; every rank checks for a stop at each step (0.01 s)
-    stopped = train(launcher, tmp_path / "b", tmp_path / "state-b", family, STOP_AT="2:3",
+    stopped = train(launcher, tmp_path / "b", tmp_path / "state-b", family, data, STOP_AT="2:3",
                     DISTRAIN_STOP_CHECK_SECONDS="0.01")
     assert stopped.returncode != 0, stopped.stdout[-3000:]
     where = re.search(r"stopped on SIGTERM after saving a checkpoint at epoch (\d+) step (\d+)", stopped.stdout)
     assert where and (int(where[1]), int(where[2])) < (3, 7), stopped.stdout[-3000:]  # mid-epoch, not at its end
-    resumed = train(launcher, tmp_path / "b", tmp_path / "state-b", family)
+    resumed = train(launcher, tmp_path / "b", tmp_path / "state-b", family, data)
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     assert f"at epoch {where[1]}, step {int(where[2]) + 1} " in resumed.stdout, resumed.stdout[-3000:]
 
@@ -80,3 +82,13 @@ def test_a_run_resumes_on_another_number_of_workers(tmp_path, before, after):
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     assert f"at epoch {where[1]}, step {int(where[2]) + 1} " in resumed.stdout, resumed.stdout[-3000:]
     assert every_sample(trained_ids(tmp_path / "b")) == sorted(list(range(100)) * 3)
+
+
+def test_distrain_trains_the_orders_plain_keras_trains(tmp_path):
+    """What positions the data changes nothing of the script's meaning: the batches and their order per epoch are
+    those of the same script run by plain Python (the tf.data reshuffle is seeded, so they are known)."""
+    (tmp_path / "plain").mkdir()
+    plain = run(["python", SCRIPT, "--input", "tfdata", "--out", str(tmp_path / "plain")])
+    assert plain.returncode == 0, plain.stdout[-3000:]
+    assert train(LAUNCHERS["single"], tmp_path / "a", tmp_path / "state", "keras3", "tfdata").returncode == 0
+    assert trained_ids(tmp_path / "a") == trained_ids(tmp_path / "plain")

@@ -131,3 +131,32 @@ def test_pydataset_and_generator_batches_are_shared_between_the_ranks(tf):
         adapt_fit_arguments(arguments, keras, rank=rank, size=2, note=lambda line: None)
         assert [list(y) for _, y in arguments["x"]] == [[0, 1] if rank == 0 else [2, 3]]
     assert sorted(seen) == list(range(30))
+
+
+def test_exact_resumes_pipeline_gives_every_epoch_its_own_order_wherever_it_starts():
+    from entrypoint.batches import positioned_array_dataset
+
+    x = np.arange(10, dtype="float32")
+    whole = [b.numpy().tolist() for b in positioned_array_dataset((x,), 4, True, first_epoch=0, epochs=3, skip=0)]
+    assert len(whole) == 9  # 3 epochs of 3 batches (4, 4, 2)
+    for epoch in range(3):
+        assert sorted(sum(whole[epoch * 3:epoch * 3 + 3], [])) == list(range(10))  # every sample once per epoch
+    assert whole[0:3] != whole[3:6]  # reshuffled every epoch
+    resumed = [b.numpy().tolist() for b in positioned_array_dataset((x,), 4, True, first_epoch=1, epochs=3, skip=2)]
+    assert resumed == whole[5:]  # epoch 2, step 3 on: what the run never stopped trains next
+
+
+def test_a_shuffle_without_any_seed_cannot_be_positioned():
+    import tensorflow as tf
+
+    from entrypoint.resume import unseeded_shuffle
+
+    numbers = tf.data.Dataset.range(10)
+    assert unseeded_shuffle(numbers.shuffle(10).batch(2).map(lambda b: b * 2))
+    assert not unseeded_shuffle(numbers.shuffle(10, seed=3).batch(2))
+    assert not unseeded_shuffle(numbers.batch(2))
+    tf.random.set_seed(5)  # a global seed fixes every op's seed
+    try:
+        assert not unseeded_shuffle(numbers.shuffle(10).batch(2))
+    finally:
+        tf.random.set_seed(None)

@@ -20,6 +20,8 @@ parser.add_argument("--out", required=True)
 parser.add_argument("--epochs", type=int, default=3)
 parser.add_argument("--samples", type=int, default=100)
 parser.add_argument("--batch-size", type=int, default=16)
+parser.add_argument("--input", choices=["numpy", "tfdata"], default="numpy",
+                    help="numpy arrays with shuffle=True, or a tf.data dataset with a seeded per-epoch reshuffle")
 args = parser.parse_args()
 
 tf.keras.utils.set_random_seed(1)
@@ -70,6 +72,10 @@ model = tf.keras.Sequential([tf.keras.layers.Input((5,)), RecordIds(), tf.keras.
                              tf.keras.layers.Dense(1)])
 model.compile(optimizer=tf.keras.optimizers.Adam(0.01), loss=tf.keras.losses.BinaryCrossentropy(from_logits=True))
 callbacks = [StopAt(*map(int, os.environ["STOP_AT"].split(":")))] if os.environ.get("STOP_AT") else []
-model.fit(x, y, batch_size=args.batch_size, epochs=args.epochs, shuffle=True, callbacks=callbacks)
+if args.input == "numpy":
+    model.fit(x, y, batch_size=args.batch_size, epochs=args.epochs, shuffle=True, callbacks=callbacks)
+else:
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(args.samples, seed=7).batch(args.batch_size)
+    model.fit(dataset, epochs=args.epochs, callbacks=callbacks)
 if my_rank() == 0:
     np.save(os.path.join(args.out, "weights.npy"), np.concatenate([w.ravel() for w in model.get_weights()]))
