@@ -32,9 +32,10 @@ distribution strategy and runs your script under it.
   distrain launch -n 2 train.py         N local MultiWorkerMirrored workers, no Slurm needed
   distrain plan [--json]                what would run here, and why
   distrain doctor                       plan + versions, GPUs, proxies, caches, problems
+  distrain selftest [--json FILE]       prove every mode on this hardware (sbatch jobs/selftest.job: a cluster)
 
 \b
-Exit codes: 0 ok · 1 (or the script's own code) the script failed · 2 bad input/configuration ·
+Exit codes: 0 ok · 1 (or the script's own code) the script failed, or a selftest check · 2 bad input/configuration ·
 3 this machine cannot run it (no GPU, no Horovod, unwritable dir) · 4 a worker died ·
 5 image build/pull failed · 75 stopped on SIGTERM/SIGUSR1/Ctrl-C after a checkpoint (the same command
 resumes) · 137 killed (start-up watchdog, or the system) · 130/143 `launch` killed workers that did not stop
@@ -43,7 +44,7 @@ resumes) · 137 killed (start-up watchdog, or the system) · 130/143 `launch` ki
 
 app = typer.Typer(help=HELP, add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
                   rich_markup_mode=None)
-COMMANDS = ("run", "launch", "plan", "doctor", "data", "bench", "image", "--help", "-h", "--version")
+COMMANDS = ("run", "launch", "plan", "doctor", "selftest", "data", "bench", "image", "--help", "-h", "--version")
 
 
 def fail(message: str, code: int) -> None:
@@ -104,6 +105,8 @@ def run(ctx: typer.Context, script: str = SCRIPT_ARG) -> None:
     """
     from . import log, runner, runtime
 
+    if script == "selftest-worker":  # what jobs/selftest.job starts per mode (selftest_train.py, in the package)
+        from .selftest import WORKER as script
     path = runner.check_script(script)
     plan = detect(os.environ, script=path, argv=list(ctx.args))
     runtime.apply_checks(plan)
@@ -325,6 +328,32 @@ def doctor() -> None:
             typer.echo(f"problem: {problem}", err=True)
         raise typer.Exit(EXIT_ENVIRONMENT)
     typer.echo("no problems found")
+
+
+@app.command()
+def selftest(
+    json_out: Optional[str] = typer.Option(None, "--json", help="Also write the rows as JSON to this file."),
+    workers: int = typer.Option(2, "--workers", help="Local workers for the MWM and Horovod checks."),
+    from_dir: Optional[str] = typer.Option(None, "--from-dir", help="Judge what jobs/selftest.job's srun steps "
+                                                                     "wrote to DIR instead of running the checks."),
+) -> None:
+    """Prove every mode this hardware allows, end to end: short trainings (single, MWM and Horovod with local
+    workers; across nodes with `sbatch jobs/selftest.job`), each checked for identical weights on every rank and
+    a falling loss, the collective named; with a GPU, mixed precision and XLA against float32, memory growth and
+    pinning; then the driver, /dev/shm, InfiniBand, NCCL_* and proxies. A table and a verdict; a check that
+    cannot run here is `skip` with its reason. Exit 0 only if nothing failed (1 otherwise).
+    """
+    from . import selftest as selftest_mod
+
+    typer.echo("distrain selftest: " + ("judging the job's checks in " + from_dir if from_dir else
+                                        f"single, MWM x{workers}, Horovod x{workers} on this machine (about a minute)"))
+    rows = (selftest_mod.judge_allocation(from_dir, os.environ) if from_dir else
+            selftest_mod.run_local(workers=workers))
+    typer.echo(selftest_mod.report(rows))
+    if json_out:
+        selftest_mod.write_json(rows, json_out)
+        typer.echo(f"distrain: wrote {json_out}")
+    raise typer.Exit(1 if selftest_mod.failed(rows) else 0)
 
 
 @app.command()

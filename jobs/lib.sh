@@ -128,7 +128,7 @@ distrain_preflight() {
 distrain_task_command() {
   if [ "$USE_CONTAINER" = 1 ]; then
     local bind="$OUTPUT_DIR"
-    [ "$TRAIN_SCRIPT" = bench ] || bind="$bind,$(dirname "$(realpath "$TRAIN_SCRIPT")")"
+    case $TRAIN_SCRIPT in bench | selftest-worker) ;; *) bind="$bind,$(dirname "$(realpath "$TRAIN_SCRIPT")")" ;; esac
     [ -n "${DISTRAIN_DATA_DIR:-}" ] && bind="$bind,$DISTRAIN_DATA_DIR"
     [ -n "${DISTRAIN_BIND:-}" ] && bind="$bind,$DISTRAIN_BIND"
     TASK_COMMAND=("$APPTAINER" run --nv --bind "$bind" "$DISTRAIN_IMAGE")
@@ -195,4 +195,31 @@ distrain_job() {
   distrain_site_hooks
   distrain_preflight "$mode"
   distrain_launch "$mode" "${SCRIPT_ARGS[@]}"
+}
+
+# jobs/selftest.job: the selftest's training in each mode as srun steps over the allocation (each rank writes
+# what it saw), then `distrain selftest --from-dir` judges them and checks the environment: a table and a verdict.
+distrain_selftest_job() {
+  distrain_defaults
+  TRAIN_SCRIPT=selftest-worker
+  distrain_site_hooks
+  distrain_preflight mwm
+  local dir="$OUTPUT_DIR/selftest-${SLURM_JOB_ID:-local}" mode
+  (umask 077 && mkdir -p "$dir")
+  distrain_task_command
+  export DISTRAIN_CHECKPOINT=0 NCCL_DEBUG=${NCCL_DEBUG:-INFO}
+  echo "distrain job: selftest over $SLURM_NTASKS task(s) on ${SLURM_JOB_NODELIST:-?}; step logs in $dir"
+  for mode in single mwm horovod; do
+    local srun_args=(--kill-on-bad-exit=1)
+    [ "$mode" = single ] && srun_args+=(--nodes=1 --ntasks=1)
+    [ "$mode" = horovod ] && srun_args+=("--mpi=$(distrain_mpi_plugin)")
+    echo "distrain job: selftest step: $mode"
+    local start=$SECONDS
+    (
+      [ "$mode" = mwm ] && unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY
+      DISTRAIN_MODE=$mode srun "${srun_args[@]}" "${TASK_COMMAND[@]}" run selftest-worker --out "$dir/$mode"
+    ) >"$dir/$mode.log" 2>&1 || echo "distrain job: the $mode step failed (exit $?): see $dir/$mode.log"
+    echo $((SECONDS - start)) >"$dir/$mode.seconds"
+  done
+  "${TASK_COMMAND[@]}" selftest --from-dir "$dir" --json "$dir/selftest.json"
 }

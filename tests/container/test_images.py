@@ -52,6 +52,8 @@ def test_apptainer_plan_test_and_labels(sif):
     tested = sh(["apptainer", "test", str(sif)])
     assert tested.returncode == 0, tested.stdout[-2000:]
     assert "horovod: 0.28.1" in tested.stdout and "no problems found" in tested.stdout
+    # %test ends with the selftest: every mode trained in the image, the GPU rows skipped here
+    assert re.search(r"^Horovod x2\s+pass ", tested.stdout, re.MULTILINE) and "verdict: PASS" in tested.stdout
     assert "org.opencontainers.image.version: 0.1.0" in sh(["apptainer", "inspect", str(sif)]).stdout
 
 

@@ -1,5 +1,6 @@
 """The job scripts in jobs/, submitted with sbatch to a real local Slurm (venv mode: USE_CONTAINER=0)."""
 
+import json
 import os
 import re
 import signal
@@ -172,3 +173,16 @@ def test_a_stuck_rank_ends_the_job_with_exit_4_and_is_named(slurm, tmp_path):
     assert job.code == 4, job
     assert re.search(r"\[[01]/2\] distrain: error: stalled at epoch 1 step \d+: rank 1 \(node n10\) is stuck in your "
                      r"code at slow_steps.py:\d+ in read_batch_from_a_share_that_hangs", job.log), job
+
+
+def test_selftest_job_proves_mwm_and_horovod_across_two_nodes(slurm, tmp_path):
+    job = submit(slurm, tmp_path, "selftest", [*SMALL, "--nodes=2", "--ntasks-per-node=1", "--gres=gpu:1"])
+    assert job.code == 0, job
+    verdict = job.log[job.log.index("check "):]
+    for check in ("single", "MWM x2", "Horovod x2"):
+        assert re.search(rf"^{re.escape(check)}\s+pass .*2 ranks on 2 node\(s\); weights identical"
+                         if check != "single" else rf"^{check}\s+pass ", verdict, re.MULTILINE), verdict
+    assert re.search(r"^GPU: XLA\s+skip .*no GPU visible to TensorFlow", verdict, re.MULTILINE), verdict  # emulated
+    assert "verdict: PASS" in verdict
+    rows = json.loads(next((tmp_path / "output").glob("selftest-*/selftest.json")).read_text())
+    assert {"check", "status", "detail", "seconds"} == set(rows[0])

@@ -1,0 +1,81 @@
+"""The selftest's judgements (entrypoint/selftest.py), fed what ranks and tools report: a check passes only on
+evidence, fails with the reason, and skips what cannot run here."""
+
+from entrypoint.selftest import (
+    collective_used,
+    driver_row,
+    gpu_rows,
+    infiniband_row,
+    judge_training,
+    nccl_row,
+    pinning_row,
+    report,
+)
+
+RANK = {"rank": 0, "size": 2, "mode": "mwm", "host": "n1", "loss_first": 0.7, "loss_last": 0.4, "weights": "ab",
+        "gpus": []}
+SMI = """| NVIDIA-SMI 535.183.01             Driver Version: 535.183.01   CUDA Version: 12.2     |"""
+
+
+def test_ranks_that_disagree_or_do_not_learn_fail():
+    agree = [RANK, {**RANK, "rank": 1, "host": "n2"}]
+    assert judge_training("MWM x2", agree, 2).status == "pass"
+    assert "2 ranks on 2 node(s)" in judge_training("MWM x2", agree, 2).detail
+    apart = judge_training("MWM x2", [RANK, {**RANK, "rank": 1, "weights": "cd"}], 2)
+    assert apart.status == "fail" and "different weights" in apart.detail
+    flat = judge_training("MWM x2", [{**r, "loss_last": 0.9} for r in agree], 2)
+    assert flat.status == "fail" and "did not fall" in flat.detail
+    missing = judge_training("MWM x2", [RANK], 2, log="rank 1: error: lost worker 0")
+    assert missing.status == "fail" and "1 of 2 ranks finished" in missing.detail and "lost worker" in missing.detail
+
+
+def test_the_collective_is_named_from_the_libraries_own_words():
+    assert collective_used(RANK, "n1:42 [0] NCCL INFO Using network IB") == "NCCL over IB (NCCL's own log)"
+    assert "ring collectives over gRPC" in collective_used(RANK, "")
+    assert collective_used({**RANK, "mode": "horovod", "horovod_controller": "mpi"}, "").startswith("Horovod with mpi")
+
+
+def test_a_driver_older_than_the_images_cuda_fails():
+    assert driver_row("12.2", SMI).status == "pass"
+    old = driver_row("12.8", SMI)
+    assert old.status == "fail" and "older than the image's CUDA 12.8" in old.detail
+    assert driver_row("", SMI).status == "pass"  # a CPU build: nothing to compare
+    assert driver_row("12.2", "NVIDIA-SMI has failed because it couldn't communicate with the driver").status == "fail"
+
+
+def test_infiniband_adapters_without_their_devices_in_the_container_fail(tmp_path):
+    assert infiniband_row(str(tmp_path)).status == "skip"
+    port = tmp_path / "sys/class/infiniband/mlx5_0/ports/1"
+    port.mkdir(parents=True)
+    (port / "rate").write_text("200 Gb/sec (4X HDR)\n")
+    unbound = infiniband_row(str(tmp_path))
+    assert unbound.status == "fail" and "--bind /dev/infiniband" in unbound.detail
+    (tmp_path / "dev/infiniband").mkdir(parents=True)
+    (tmp_path / "dev/infiniband/uverbs0").write_text("")
+    bound = infiniband_row(str(tmp_path))
+    assert bound.status == "pass" and "200 Gb/sec" in bound.detail
+    assert nccl_row({"NCCL_IB_DISABLE": "1"}, infiniband=True).status == "fail"
+    assert nccl_row({"NCCL_IB_DISABLE": "1"}, infiniband=False).status == "pass"
+
+
+def test_gpu_rows_pass_only_on_measured_speed_ups_and_skip_without_a_gpu():
+    assert {r.status for r in gpu_rows({**RANK, "cuda_build": True})} == {"skip"}
+    gpu = {**RANK, "gpus": [{"pci_bus_id": "0000:3b:00.0"}], "memory_growth": True,
+           "images_per_sec": {"float32": 1000, "mixed_float16": 2600, "xla": 900}}
+    rows = {r.check: r for r in gpu_rows(gpu)}
+    assert rows["GPU: mixed float16"].status == "pass" and "2.60x float32" in rows["GPU: mixed float16"].detail
+    assert rows["GPU: XLA"].status == "fail" and "slower than float32" in rows["GPU: XLA"].detail
+    assert rows["GPU: mixed bfloat16"].status == "skip"
+
+
+def test_two_ranks_of_a_node_on_one_gpu_fail_pinning():
+    on = {"pci_bus_id": "0000:3b:00.0"}
+    assert pinning_row([{**RANK, "gpus": [on]}, {**RANK, "rank": 1, "host": "n2", "gpus": [on]}]).status == "pass"
+    shared = pinning_row([{**RANK, "gpus": [on]}, {**RANK, "rank": 1, "gpus": [on]}])
+    assert shared.status == "fail" and "share GPU 0000:3b:00.0 on n1" in shared.detail
+
+
+def test_the_verdict_fails_on_any_failed_row():
+    rows = [judge_training("single", [{**RANK, "size": 1}], 1), driver_row("12.8", SMI)]
+    assert report(rows).endswith("verdict: FAIL (driver)")
+    assert report(rows[:1]).endswith("verdict: PASS (1 passed, 0 skipped)")
