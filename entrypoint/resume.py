@@ -99,9 +99,15 @@ def _positioned_dataset(dataset: Any, position: Position, epochs: int, rank: int
         per_epoch = batches.evened_for_replicas(dataset, replicas)
     for _ in range(position.epoch):
         iter(per_epoch)
-    positioned = per_epoch.repeat(epochs - position.epoch).skip(position.step)
+    # the length is left unknown (a filter that keeps everything): Keras 3.15 counts the steps passed over in the
+    # resumed epoch (_keras3_skipping) against a known one and would end the last epoch that many steps early
+    positioned = per_epoch.repeat(epochs - position.epoch).skip(position.step).filter(_keep)
     positioned._distrain_rank_share = getattr(per_epoch, "_distrain_rank_share", False)
     return positioned
+
+
+def _keep(*_element: Any) -> bool:
+    return True
 
 
 def _why_not_positionable(arguments: dict, keras_family: str) -> str | None:

@@ -4,8 +4,6 @@ agree; GPU rows are skipped with their reason here; ranks that disagree fail it 
 import json
 import re
 
-import pytest
-
 from helpers import DISTRAIN, clean_env, run
 
 
@@ -13,7 +11,6 @@ def rows_of(path) -> dict[str, dict]:
     return {row["check"]: row for row in json.loads(path.read_text())}
 
 
-@pytest.mark.core
 def test_selftest_passes_every_mode_here_and_skips_the_gpu_rows_with_reasons(tmp_path):
     out = run([DISTRAIN, "selftest", "--json", str(tmp_path / "selftest.json")])
     assert out.returncode == 0, out.stdout[-3000:]
