@@ -203,6 +203,10 @@ def run_script(script: str, argv: list[str], engine: Engine | None) -> None:
             batches.even_out_input(engine.strategy)
         if engine.plan.keras == "keras3" and (engine.hvd is not None or engine.plan.script_uses_horovod_tf):
             _adopt_horovod_tensorflow_api(engine)
+        if engine.hvd is not None and engine.size > 1 and engine.plan.script_uses_horovod_tf:
+            import horovod.tensorflow as hvd
+
+            sync.average_moving_statistics_in_custom_loops(hvd, STATE.tf)
         if engine.plan.gpus_visible:
             from .compat import script_gpu_pinning
 

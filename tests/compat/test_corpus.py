@@ -100,3 +100,22 @@ def test_the_guides_scripts_through_the_job_scripts(slurm, tmp_path, job, script
                                                "--gres=gpu:1"], TRAIN_SCRIPT=str(SCRIPTS / script), **extra)
     assert submitted.code == 0, submitted
     assert_trained_in_sync(submitted.log, workers=2)
+
+
+def test_a_horovod_custom_loops_batchnorm_statistics_are_averaged_so_rank_0s_save_is_the_global_model(tmp_path):
+    """Horovod's TF2 synthetic benchmark: a BatchNorm model, each rank its own random images, a rank-0 save. Plain
+    Horovod leaves each rank its own moving statistics (the negative control below); under distrain every rank
+    ends with all weights identical, the statistics included, so rank 0's saved model is the global one."""
+    script = str(SCRIPTS / "horovod_tf2_synthetic_benchmark.py")
+    out = run(["horovodrun", "-np", "2", "--gloo", DISTRAIN, "run", script, str(tmp_path / "model.keras")],
+              timeout=600)
+    assert out.returncode == 0, out.stdout[-4000:]
+    assert_trained_in_sync(out.stdout, workers=2)
+    load_model(tmp_path / "model.keras", "legacy", input_shape=(32, 32, 3))
+
+
+def test_without_distrain_a_horovod_custom_loop_ends_with_each_rank_its_own_statistics_negative_control(tmp_path):
+    out = run(["horovodrun", "-np", "2", "--gloo", DISTRAIN, "run", str(SCRIPTS / "horovod_tf2_synthetic_benchmark.py"),
+               str(tmp_path / "model.keras")], env=clean_env(DISTRAIN_HOOKS="0"), timeout=600)
+    assert out.returncode == 0, out.stdout[-4000:]
+    assert len({r["weights"] for r in results(out.stdout)}) == 2, out.stdout[-2000:]
