@@ -4,8 +4,14 @@
     .venv/bin/python benchmarks/run.py overhead --reps 9
     .venv/bin/python benchmarks/run.py all --smoke --out /tmp/bench   (CI: tiny sizes, checks it all runs)
 
-overhead   distrain run/launch vs the same work hand-written for the mode (single, MWM x2, Horovod x2), for each
-           Keras family, with oneDNN as TensorFlow ships it
+overhead   distrain run/launch (checkpoints on, as by default) vs the same work hand-written for the mode (single,
+           MWM x2, Horovod x2), for each Keras family, with oneDNN as TensorFlow ships it: throughput, and the CPU
+           seconds of every process of the run from the kernel's accounting (what steal time cannot distort);
+           Keras 3 MWM on TensorFlow 2.21 (.venv-tf221), where the hand-written baseline runs
+perstep    distrain's own per-step work timed directly: its callbacks (stall watchdog, stop check) per step, and
+           its input rewrites as pipelines alone against plain tf.data at a high batch rate
+startup    time to the first training step: distrain run vs python; and per phase (process and plan, TensorFlow's
+           import, strategy and rendezvous, the script to its first step) for 1, 2, 4 and 8 local workers
 scaling    epoch time with 2 workers against 1 on the same numpy data (each worker one core, one intra-op thread):
            MWM and zero-code Horovod through distrain, and Horovod hand-written with sharding as its examples do
 startup    time to the first training step: distrain run vs python
@@ -21,10 +27,12 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,7 +42,8 @@ DISTRAIN = str(BIN / "distrain")
 WORKLOAD = str(ROOT / "benchmarks" / "workload.py")
 MPIRUN = ["mpirun", "--allow-run-as-root", "-np", "2", "-x", "PATH", "-mca", "btl_tcp_if_include", "lo",
           "-mca", "oob_tcp_if_include", "lo"]
-TARGETS = {"overhead": ">= 0.99 (throughput ratio)", "startup": "<= 1.05 (time ratio)",
+TARGETS = {"overhead": ">= 0.99 (throughput and CPU ratios)", "startup": "<= 1.05 (time ratio)",
+           "perstep": "input ratios >= 0.99; callbacks a small share of a step",
            "container": ">= 0.98 (throughput ratio)",
            "scaling": ">= 1.8 speed-up through distrain; zero-code Horovod within 2% of hand-written"}
 FAMILIES = ("keras3", "legacy")
@@ -54,33 +63,40 @@ def env() -> dict[str, str]:
     return base
 
 
+def children_cpu() -> float:
+    """User + system CPU seconds of every child process that ended so far, and of theirs (the kernel's account)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def bench_line(cmd: list[str], tag: str = "BENCH", extra_env: dict | None = None) -> tuple[dict, float]:
-    """Run a command; return the JSON its chief printed after `tag` and the wall time it was started at."""
-    started = time.time()
+    """Run a command; return the JSON its chief printed after `tag` (with `cpu_s`: the CPU seconds of all its
+    processes) and the wall time it was started at."""
+    started, cpu = time.time(), children_cpu()
     out = subprocess.run(cmd, env={**env(), **(extra_env or {})}, cwd=ROOT, text=True, timeout=900,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     for line in out.stdout.splitlines():
         if f"{tag} " in line:
-            return json.loads(line.split(f"{tag} ", 1)[1]), started
+            return {**json.loads(line.split(f"{tag} ", 1)[1]), "cpu_s": children_cpu() - cpu}, started
     raise RuntimeError(f"{' '.join(cmd)} printed no {tag} line (exit {out.returncode}):\n{out.stdout[-3000:]}")
 
 
-def handmade_mwm(args: list[str], extra_env: dict | None = None) -> tuple[dict, float]:
+def handmade_mwm(args: list[str], extra_env: dict | None = None, python: str = sys.executable) -> tuple[dict, float]:
     """Two workers with a TF_CONFIG written by hand, the way the user guides do it."""
     from entrypoint.launcher import free_ports
 
     workers = [f"localhost:{p}" for p in free_ports(2)]
-    started = time.time()
+    started, cpu = time.time(), children_cpu()
     procs = []
     for index in range(2):
         config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
-        procs.append(subprocess.Popen([sys.executable, WORKLOAD, "--handmade", "mwm", *args], cwd=ROOT,
+        procs.append(subprocess.Popen([python, WORKLOAD, "--handmade", "mwm", *args], cwd=ROOT,
                                       env={**env(), **(extra_env or {}), "TF_CONFIG": config}, text=True,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     outputs = [p.communicate(timeout=900)[0] for p in procs]
     for line in outputs[0].splitlines():
         if line.startswith("BENCH "):
-            return json.loads(line[6:]), started
+            return {**json.loads(line[6:]), "cpu_s": children_cpu() - cpu}, started
     raise RuntimeError(f"hand-made MWM printed no BENCH line:\n{outputs[0][-3000:]}")
 
 
@@ -105,12 +121,17 @@ def _last_error(output: str) -> str:
     return (errors or output.splitlines() or ["?"])[-1][:300]
 
 
+NEWEST = ROOT / os.environ.get("NEWEST_VENV", ".venv-tf221") / "bin"
+
+
 def overhead(reps: int, smoke: bool) -> dict:
     work = ["--steps", "8" if smoke else "150", "--warmup", "3" if smoke else "20", "--pin"]
     horovodrun = ["horovodrun", "-np", "2", "--gloo"]
+    state = tempfile.mkdtemp(prefix="distrain-bench-")
+    default = {"DISTRAIN_CHECKPOINT": "1", "DISTRAIN_OUTPUT_DIR": state}  # what a user gets: checkpoints on
     pairs = {}
     for family in FAMILIES:
-        ours, hand = {"DISTRAIN_KERAS": family, **PINNED}, ["--keras", family]
+        ours, hand = {"DISTRAIN_KERAS": family, **PINNED, **default}, ["--keras", family]
         pairs[f"single ({family})"] = (
             lambda ours=ours: bench_line([DISTRAIN, "run", WORKLOAD, *work], extra_env=ours),
             lambda hand=hand: bench_line([sys.executable, WORKLOAD, "--handmade", "single", *hand, *work],
@@ -121,9 +142,14 @@ def overhead(reps: int, smoke: bool) -> dict:
     # Horovod's Keras API drives tf_keras only (horovod#4290): there is no hand-written Keras 3 Horovod script
     pairs["horovod x2 (legacy)"] = (
         lambda: bench_line([*horovodrun, DISTRAIN, "run", WORKLOAD, *work],
-                           extra_env={"DISTRAIN_KERAS": "legacy", **PINNED}),
+                           extra_env={"DISTRAIN_KERAS": "legacy", **PINNED, **default}),
         lambda: bench_line([*horovodrun, sys.executable, WORKLOAD, "--handmade", "horovod", "--keras", "legacy",
                             *work], extra_env=PINNED))
+    if (NEWEST / "distrain").exists():  # Keras 3.3's MWM fails by hand (tensorflow#72388); Keras 3.15's runs
+        newest = {"DISTRAIN_KERAS": "keras3", **PINNED, **default, "PATH": f"{NEWEST}:{os.environ['PATH']}"}
+        pairs["mwm x2 (keras3, TF 2.21)"] = (
+            lambda: bench_line([str(NEWEST / "distrain"), "launch", "-n", "2", WORKLOAD, *work], extra_env=newest),
+            lambda: handmade_mwm(["--keras", "keras3", *work], PINNED, python=str(NEWEST / "python")))
     rows = {}
     for mode, (with_distrain, by_hand) in pairs.items():
         try:
@@ -133,8 +159,14 @@ def overhead(reps: int, smoke: bool) -> dict:
             continue
         ours = [s[0]["images_per_sec"] for s in samples["distrain"]]
         theirs = [s[0]["images_per_sec"] for s in samples["hand-written"]]
+        # the same samples trained on both sides: CPU per sample compares as CPU per run
+        cpu = spread([s[0]["cpu_s"] for s in samples["hand-written"]], [s[0]["cpu_s"] for s in samples["distrain"]])
         rows[mode] = {"distrain_images_per_sec": statistics.median(ours),
-                      "handwritten_images_per_sec": statistics.median(theirs), **spread(ours, theirs)}
+                      "handwritten_images_per_sec": statistics.median(theirs), **spread(ours, theirs),
+                      "distrain_cpu_s": statistics.median(s[0]["cpu_s"] for s in samples["distrain"]),
+                      "handwritten_cpu_s": statistics.median(s[0]["cpu_s"] for s in samples["hand-written"]),
+                      **{f"cpu_{key}": value for key, value in cpu.items()}}
+    shutil.rmtree(state, ignore_errors=True)
     return rows
 
 
@@ -194,7 +226,45 @@ def startup(reps: int, smoke: bool) -> dict:
     first = {name: statistics.median(r["first_step"] - started for r, started in runs)
              for name, runs in samples.items()}
     return {"distrain_s": first["distrain run"], "python_s": first["python"],
-            "ratio": first["distrain run"] / first["python"]}
+            "ratio": first["distrain run"] / first["python"], **startup_by_workers(reps, smoke)}
+
+
+PHASES = (("process and plan", "process_start", "phase_plan"), ("TensorFlow import", "phase_plan", "phase_tensorflow"),
+          ("strategy and rendezvous", "phase_tensorflow", "phase_strategy"),
+          ("script to first step", "phase_strategy", "first_step"))
+
+
+def startup_by_workers(reps: int, smoke: bool) -> dict:
+    """Rank 0's start-up phases under `distrain launch -n N` for N = 1, 2, 4, 8 (medians), and how the time to
+    the first step grows with each added worker (least-squares slope)."""
+    counts = (1, 2) if smoke else (1, 2, 4, 8)
+    work = ["--steps", "3", "--warmup", "1"]
+    table: dict[str, dict] = {}
+    for count in counts:
+        runs = [bench_line([DISTRAIN, "launch", "-n", str(count), WORKLOAD, *work],
+                           extra_env={"DISTRAIN_KERAS": "keras3"})[0] for _ in range(max(1, min(reps, 3)))]
+        table[f"{count} worker(s)"] = {name: statistics.median(r[end] - r[begin] for r in runs)
+                                       for name, begin, end in PHASES}
+        table[f"{count} worker(s)"]["total"] = statistics.median(r["first_step"] - r["process_start"] for r in runs)
+    totals = [table[f"{n} worker(s)"]["total"] for n in counts]
+    mean_n, mean_t = statistics.mean(counts), statistics.mean(totals)
+    slope = (sum((n - mean_n) * (t - mean_t) for n, t in zip(counts, totals))
+             / sum((n - mean_n) ** 2 for n in counts))
+    return {"phases_s_by_workers": table, "seconds_per_added_worker": slope}
+
+
+def perstep(reps: int, smoke: bool) -> dict:
+    """distrain's per-step work alone: its callbacks' cost per step against the workload's median step, and its
+    input rewrites against plain tf.data (ratio >= 1: as fast)."""
+    script = str(ROOT / "benchmarks" / "perstep.py")
+    data, _ = bench_line([DISTRAIN, "run", script, "--reps", str(reps), *(["--smoke"] if smoke else [])],
+                         extra_env={"DISTRAIN_KERAS": "keras3", **PINNED})
+    step, _ = bench_line([DISTRAIN, "run", WORKLOAD, "--steps", "8" if smoke else "100", "--warmup", "3", "--pin"],
+                         extra_env={"DISTRAIN_KERAS": "keras3", **PINNED})
+    step_s = 64 / step["images_per_sec"]
+    callbacks = {name: {"us_per_step": us, "share_of_step": us * 1e-6 / step_s}
+                 for name, us in data["callbacks_us_per_step"].items()}
+    return {"workload_step_ms": 1000 * step_s, "callbacks": callbacks, "input": data["input"]}
 
 
 def container(reps: int, smoke: bool, sif: str | None) -> dict:
@@ -251,14 +321,15 @@ def report(name: str, data: dict) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("which", choices=["overhead", "scaling", "startup", "container", "comm", "all"])
+    parser.add_argument("which", choices=["overhead", "perstep", "scaling", "startup", "container", "comm", "all"])
     parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, 1 repetition: checks it runs")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--sif", default=os.environ.get("DISTRAIN_BENCH_SIF", "/var/cache/distrain/distrain-test.sif"))
     opts = parser.parse_args()
     reps = 1 if opts.smoke else opts.reps
-    chosen = ["overhead", "scaling", "startup", "container", "comm"] if opts.which == "all" else [opts.which]
+    chosen = (["overhead", "perstep", "scaling", "startup", "container", "comm"] if opts.which == "all"
+              else [opts.which])
     results = {"machine": machine(), "reps": reps, "smoke": opts.smoke}
     for name in chosen:
         started = time.monotonic()

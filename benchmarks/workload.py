@@ -10,13 +10,33 @@ Two measures, one line from the chief:
   user waits for; the first epoch traces the graph).
 `--pin` pins every thread of the process to one core (by local rank), so two workers on a small machine do not
 fight over its cores (threads made later inherit the mask; the runner sets TF_NUM_INTRAOP_THREADS).
+The default line also carries the start-up phases: the process's start, and under distrain the wall time its
+set-up phases ended (plan, tensorflow, strategy: entrypoint.runtime.STATE.phases), for benchmarks/run.py startup.
 """
 
 import argparse
 import json
 import os
 import statistics
+import sys
 import time
+
+SCRIPT_START = time.time()
+
+
+def process_start() -> float:
+    """This process's start, wall time, from the kernel (/proc/self/stat field 22, in clock ticks after boot)."""
+    with open("/proc/self/stat") as stat:
+        ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/stat") as stat:
+        boot = next(int(line.split()[1]) for line in stat if line.startswith("btime"))
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def distrain_phases() -> dict:
+    runtime = sys.modules.get("entrypoint.runtime")
+    return {f"phase_{name}": at for name, at in runtime.STATE.phases.items()} if runtime else {}
+
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--handmade", choices=["none", "single", "mwm", "horovod"], default="none")
@@ -119,4 +139,5 @@ else:
     steps = [b - a for a, b in zip(stamps[args.warmup:], stamps[args.warmup + 1:])]
     if rank == 0:
         print("BENCH " + json.dumps({"images_per_sec": args.batch / statistics.median(steps),
-                                     "first_step": stamps[0]}), flush=True)
+                                     "first_step": stamps[0], "process_start": process_start(),
+                                     "script_start": SCRIPT_START, **distrain_phases()}), flush=True)

@@ -86,19 +86,23 @@ def _span_tensors(samples: int, batch_size: int, rank: int, size: int, replicas:
     return tf.constant(starts, tf.int64), tf.constant(ends, tf.int64), len(bounds)
 
 
-def _gather_batches(arrays: tuple, batch_indices: Any, cardinality: int | None) -> Any:
-    """The batches of `arrays` at each element of `batch_indices` (a dataset of index vectors); `cardinality`
-    None leaves it unknown."""
+def _element(arrays: tuple) -> Any:
+    """`arrays` (x[, y[, sample_weight]]) as tensors, in the structure fit's batches have."""
     import tensorflow as tf
 
     tensors = tf.nest.map_structure(lambda a: tf.convert_to_tensor(a.to_numpy() if hasattr(a, "to_numpy") else a),
                                     arrays)
-    element = tensors if len(tensors) > 1 else tensors[0]
+    return tensors if len(tensors) > 1 else tensors[0]
+
+
+def _gather_batches(arrays: tuple, batch_indices: Any, cardinality: int) -> Any:
+    """The batches of `arrays` at each element of `batch_indices` (a dataset of index vectors)."""
+    import tensorflow as tf
+
+    element = _element(arrays)
     dataset = batch_indices.map(lambda indices: tf.nest.map_structure(lambda t: tf.gather(t, indices), element),
                                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    if cardinality is not None:
-        dataset = dataset.apply(tf.data.experimental.assert_cardinality(cardinality))
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    return dataset.apply(tf.data.experimental.assert_cardinality(cardinality)).prefetch(tf.data.AUTOTUNE)
 
 
 def array_dataset(arrays: tuple, batch_size: int, shuffle: bool, rank: int = 0, size: int = 1) -> Any:
@@ -135,16 +139,21 @@ def positioned_array_dataset(arrays: tuple, batch_size: int, shuffle: bool, *, f
     samples = _first_length(arrays)
     starts, ends, count = _span_tensors(samples, batch_size, rank, size, replicas)
 
+    element = _element(arrays)
+
     def epoch_batches(epoch: Any) -> Any:
         order = tf.range(samples, dtype=tf.int64)
         if shuffle:
             seed = tf.stack([tf.constant(SHUFFLE_SEED, tf.int64), epoch])
             order = tf.random.experimental.stateless_shuffle(order, seed=seed)
-        return tf.data.Dataset.from_tensor_slices((starts, ends)).map(lambda start, end: order[start:end])
+        # one map per batch, slicing the order and gathering at once (two maps cost ~15% of a fast pipeline)
+        return tf.data.Dataset.from_tensor_slices((starts, ends)).map(
+            lambda start, end: tf.nest.map_structure(lambda t: tf.gather(t, order[start:end]), element),
+            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
-    indices = tf.data.Dataset.range(first_epoch, epochs).flat_map(epoch_batches).skip(skip)
     # the length stays unknown: Keras 3.15 counts the steps resume.py passes over against a known one
-    return _gather_batches(arrays, indices, None)
+    batches = tf.data.Dataset.range(first_epoch, epochs).flat_map(epoch_batches).skip(skip)
+    return batches.prefetch(tf.data.AUTOTUNE)
 
 
 def _batch_length(element: Any) -> Any:

@@ -129,7 +129,7 @@ def make_backup_callback(plan: Plan, keras: Any) -> Any:
             super().on_epoch_end(epoch, logs)
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            self._position = (self._current_epoch, batch + 1)
+            self._position = _after(self, self._current_epoch, batch)
             super().on_train_batch_end(batch, logs)
 
         def _backup(self, epoch: int, batch: int = 0) -> None:
@@ -169,9 +169,9 @@ def make_backup_callback(plan: Plan, keras: Any) -> Any:
                 self._backup(epoch=epoch - 1)
                 where = f"the start of epoch {epoch + 1}, with its partial progress"
             else:
-                self._position = (epoch, batch + 1)
+                self._position = _after(self, epoch, batch)
                 self._backup(epoch=epoch, batch=batch)
-                where = f"epoch {epoch + 1} step {batch + 1}"
+                where = runs.describe(dict(zip(("epoch", "step"), self._position)))
             return where if self.written else None
 
     save_freq: Any = plan.checkpoint_every or "epoch"
@@ -226,7 +226,7 @@ def _keras3_backup(plan: Plan, keras: Any) -> Any:
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             self._steps += 1
             if self.save_freq != "epoch" and self._steps % self.save_freq == 0:
-                self._save(self._epoch, batch + 1 if self.exact else 0)
+                self._save(*_after(self, self._epoch, batch)) if self.exact else self._save(self._epoch)
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             if self.save_freq == "epoch":
@@ -267,12 +267,19 @@ def _keras3_backup(plan: Plan, keras: Any) -> Any:
 
         def save_now(self, epoch: int, batch: int) -> str | None:
             if self.exact:
-                return f"epoch {epoch + 1} step {batch + 1}" if self._save(epoch, batch + 1) else None
+                position = _after(self, epoch, batch)
+                return runs.describe(dict(zip(("epoch", "step"), position))) if self._save(*position) else None
             if not self._save(epoch):
                 return None
             return f"the start of epoch {epoch + 1}, with its partial progress"
 
     return Keras3Backup()
+
+
+def _after(callback: Any, epoch: int, batch: int) -> tuple[int, int]:
+    """Where a resume starts once step `batch` of `epoch` is done: the next step, or the next epoch's start."""
+    steps = (getattr(callback, "params", None) or {}).get("steps")
+    return (epoch + 1, 0) if steps and batch + 1 >= steps else (epoch, batch + 1)
 
 
 def _refuse_if_positioned_elsewhere(backup: Any, plan: Plan) -> None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import devices, log
@@ -23,6 +24,7 @@ class _State:
     engine: Engine | None = None
     keras: Any = None
     tf: Any = None
+    phases: dict[str, float] = field(default_factory=dict)  # wall time each start-up phase ended (benchmarks)
 
 
 STATE = _State()
@@ -63,6 +65,7 @@ def setup(plan: Plan | None = None) -> Engine:
     """Apply the Plan and build the engine (idempotent)."""
     if STATE.engine is not None:
         return STATE.engine
+    STATE.phases["plan"] = time.time()
     plan = plan or current_plan()
     STATE.plan = plan
     log.configure(plan.prefix)
@@ -79,6 +82,7 @@ def setup(plan: Plan | None = None) -> Engine:
             ) from None
     import tensorflow as tf
 
+    STATE.phases["tensorflow"] = time.time()
     replicas = plan.size if plan.mode == "mwm" else len(plan.devices) if plan.mode == "mirrored" else 1
     if plan.keras == "keras3" and replicas > 1:
         from .compat import keras3_mwm
@@ -93,6 +97,7 @@ def setup(plan: Plan | None = None) -> Engine:
     STATE.tf = tf
     STATE.keras = tf.keras
     STATE.engine = engine
+    STATE.phases["strategy"] = time.time()  # MWM: the workers have all joined (the rendezvous is in build)
     for warning in plan.warnings:
         log.get().warning(warning)
     return engine

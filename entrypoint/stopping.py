@@ -28,7 +28,7 @@ from .plan import Plan
 class Preempted(DistrainError):
     def __init__(self, signame: str, where: str | None, checkpoints_on: bool = False) -> None:
         if where is not None:
-            said = f"stopped on {signame} after saving a checkpoint at {where}; rerun to resume"
+            said = f"stopped on {signame} after saving a checkpoint; rerun to resume at {where}"
         elif checkpoints_on:
             said = (f"stopped on {signame}; the checkpoint could not be written (see above), so a rerun resumes "
                     "from the previous one")

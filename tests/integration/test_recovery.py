@@ -57,11 +57,12 @@ def test_sigterm_checkpoints_every_rank_and_exits_75_then_resumes(tmp_path, fami
     rest = proc.stdout.read()
     assert proc.wait(timeout=60) == 75, rest
     assert rest.count("stopped on SIGTERM after saving a checkpoint") == 2
-    stopped_in = int(re.search(r"at the start of epoch (\d+)", rest).group(1))
+    at = re.search(r"rerun to resume at (epoch (\d+), step \d+)", rest)  # a seeded tf.data shuffle: positioned
+    stopped_in = int(at[2])
     assert stopped_in >= 3  # the signal came during epoch 3: epochs 1-2 were complete
     out = run([DISTRAIN, "launch", "-n", "2", "examples/train.py", "--epochs", str(stopped_in + 2)], env=env)
     assert out.returncode == 0, out.stdout[-3000:]
-    assert first_epoch(out.stdout) == stopped_in  # completed epochs are not redone; the interrupted one restarts
+    assert first_epoch(out.stdout) == stopped_in and f"training goes on at {at[1]}" in out.stdout  # not redone
     assert_trained_in_sync(out.stdout, workers=2)
 
 
@@ -81,8 +82,11 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_previous(tmp_path, family):
     for data in [*chief.glob(f"{stem}.data-*"), *chief.glob(f"{stem}.weights.h5")]:
         data.write_bytes(b"\0" * 64)  # truncated garbage, as a crash mid-write leaves it
     out = run([DISTRAIN, "run", "examples/train.py", "--epochs", "6"], env=env)
-    assert out.returncode == 0, out.stdout[-3000:]
     assert "is unreadable" in out.stdout and "falling back" in out.stdout
+    # the input was positioned for ckpt-4: it stops rather than train from the wrong batch (exit 75: requeue)
+    assert out.returncode == 75 and "rerun to resume exactly from the previous one" in out.stdout, out.stdout[-3000:]
+    out = run([DISTRAIN, "run", "examples/train.py", "--epochs", "6"], env=env)
+    assert out.returncode == 0, out.stdout[-3000:]
     assert first_epoch(out.stdout) == 4  # ckpt-4 was bad: resume after epoch 3 from ckpt-3
 
 

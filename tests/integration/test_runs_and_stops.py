@@ -71,7 +71,7 @@ def test_each_command_is_its_own_run_and_the_same_command_resumes(tmp_path):
     assert re.search(r"Epoch 1/2", other.stdout)
     again = start([DISTRAIN, "run", *first], env)
     head = read_until(again, r"Epoch \d+/")
-    assert re.search(r"resuming run train-\w+ at the start of epoch [3-9]", head), head
+    assert re.search(r"resuming run train-\w+ at (the start of )?epoch [3-9](, step \d+)? ", head), head
     assert int(re.search(r"Epoch (\d+)/40", head).group(1)) >= 3
     # the same command a second time, while the first still runs: refused, not trained on twice at once
     twice = run([DISTRAIN, "run", *first], env=env)
@@ -88,7 +88,7 @@ def test_distrain_resume_0_starts_over(tmp_path):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 75
     plan = run([DISTRAIN, "plan", "examples/train.py", "--epochs", "40"], env=env)
-    assert re.search(r"resume: a checkpoint exists .* at the start of epoch \d", plan.stdout), plan.stdout
+    assert re.search(r"resume: a checkpoint exists .* at epoch \d, step \d", plan.stdout), plan.stdout
     fresh = run([DISTRAIN, "run", "examples/train.py", "--epochs", "40"], env=clean_env(
         DISTRAIN_OUTPUT_DIR=str(tmp_path), DISTRAIN_RESUME="0"), timeout=300)
     assert fresh.returncode == 0 and "earlier state removed" in fresh.stdout and "Epoch 1/40" in fresh.stdout
@@ -121,12 +121,13 @@ def test_a_timed_checkpoint_survives_a_hard_kill(tmp_path):
     cmd = [DISTRAIN, "run", SLOW, "--step-seconds", "0.3", "--epochs", "3", "--steps", "40"]
     proc = start(cmd, env)
     head = read_until(proc, r"timed checkpoint")
-    assert "timed checkpoint (every 0.05 min): resumes at the start of epoch 1" in head, head
+    at = re.search(r"timed checkpoint \(every 0.05 min\): resumes at (epoch 1, step \d+)", head)  # mid-epoch
+    assert at, head
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     rerun = start(cmd, env)
     head = read_until(rerun, r"run slow_steps")
-    assert "resuming run slow_steps-" in head, head
+    assert "resuming run slow_steps-" in head and f" at {at[1]} (" in head, head
     os.killpg(rerun.pid, signal.SIGKILL)
     rerun.wait()
 
