@@ -16,6 +16,7 @@ distrain: nothing of distrain's is half-done there. A second Ctrl-C interrupts a
 from __future__ import annotations
 
 import math
+import os
 import signal
 import time
 from typing import Any
@@ -125,7 +126,11 @@ def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Any) -> 
             self._next_check = self._steps + max(1, min(100_000, math.ceil(every_seconds / max(mean_step, 1e-6))))
             self._since, self._steps_since = time.monotonic(), 0
             if stop > 0:
+                waits_for_chief = backup is not None and plan.size > 1 and not plan.is_chief
+                before = _newest_number(plan) if waits_for_chief else 0
                 where = backup.save_now(self._epoch, batch) if backup is not None else None
+                if waits_for_chief:
+                    _wait_for_chief_checkpoint(plan, before)
                 ignore_stop_signals()
                 raise Preempted(FLAG.signame or "a signal on another rank", where, backup is not None)
             if checkpoint_due > 0:
@@ -135,6 +140,25 @@ def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Any) -> 
                     log().info(f"timed checkpoint (every {plan.checkpoint_minutes:g} min): resumes at {where}")
 
     return StopAndCheckpoint()
+
+
+def _newest_number(plan: Plan) -> int:
+    from .checkpoint import newest_checkpoint
+
+    newest = newest_checkpoint(os.path.join(plan.checkpoint_dir, "chief"))
+    return int(newest.rsplit("-", 1)[1]) if newest else 0
+
+
+def _wait_for_chief_checkpoint(plan: Plan, before: int, timeout: float = 5.0) -> None:
+    """A worker that leaves as soon as the stop is agreed can take the chief's last collective with it: TensorFlow's
+    ring pulls each chunk from its sender (RecvBuf), so the chief, still receiving the stop check's result, fails
+    with "Socket closed" and a lost worker (seen on TensorFlow 2.21). The others leave once the chief's checkpoint
+    is there: by then it needs nothing from them (it saves with local reads). The race lasts milliseconds, so a
+    chief whose write fails or takes long (a full disk, a large model, a state dir on another node's disk) is not
+    waited for longer than `timeout`."""
+    deadline = time.monotonic() + timeout
+    while _newest_number(plan) <= before and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def _reducer(plan: Plan, tf: Any, engine: Any) -> Any:
