@@ -173,6 +173,46 @@ def infiniband_row(root: str = "/") -> Row:
     return Row("InfiniBand", PASS, f"{', '.join(verbs)} visible" + (f" ({'; '.join(rates)})" if rates else ""))
 
 
+def link_gbits(root: str = "/") -> tuple[float, str] | None:
+    """The fastest link out of the node, in Gb/s, and what it is: InfiniBand ports (sysfs `rate`), else Ethernet
+    interfaces (sysfs `speed`, Mb/s); None where no speed is reported (virtual NICs, containers)."""
+    best: tuple[float, str] | None = None
+    for path in glob.glob(os.path.join(root, "sys/class/infiniband/*/ports/*/rate")):
+        found = re.match(r"\s*([\d.]+)\s*Gb/sec", _read(path))
+        if found and (best is None or float(found.group(1)) > best[0]):
+            best = (float(found.group(1)), f"InfiniBand {path.split('/')[-4]}")
+    if best:
+        return best
+    for path in glob.glob(os.path.join(root, "sys/class/net/*/speed")):
+        name, speed = path.split("/")[-2], _read(path).strip()
+        gbits = int(speed) / 1000 if speed.isdigit() else 0.0  # virtual NICs report -1 or nothing
+        if name != "lo" and gbits > 0 and (best is None or gbits > best[0]):
+            best = (gbits, f"Ethernet {name}")
+    return best
+
+
+def interconnect_row(results: list[dict], root: str = "/") -> Row:
+    """The all-reduce bus bandwidth measured across nodes against what the node's fastest link can carry
+    (link rate / 8); under half of it fails: the traffic likely took a slower path (TCP instead of InfiniBand,
+    the wrong interface)."""
+    measured = [r for r in results if "allreduce_busbw_gbs" in r]
+    if len({r.get("machine", r["host"]) for r in measured}) < 2:
+        return Row("interconnect", SKIP, "one node: the all-reduce did not cross a network (sbatch jobs/selftest.job "
+                                         "over 2 nodes measures it)")
+    busbw = max(r["allreduce_busbw_gbs"] for r in measured)
+    link = link_gbits(root)
+    if link is None:
+        return Row("interconnect", SKIP, f"{busbw:.2f} GB/s bus bandwidth across nodes; the link's speed is not "
+                                         "reported here, so there is nothing to compare it with")
+    expected = link[0] / 8
+    share = busbw / expected
+    detail = f"{busbw:.2f} GB/s bus bandwidth across nodes, {share:.0%} of {link[1]}'s {link[0]:g} Gb/s"
+    if share < 0.5:
+        return Row("interconnect", FAIL, detail + ": the all-reduce likely took a slower path (check the NCCL "
+                                                  "rows, NCCL_SOCKET_IFNAME, /dev/infiniband in the container)")
+    return Row("interconnect", PASS, detail)
+
+
 def nccl_row(env: Mapping[str, str], infiniband: bool) -> Row:
     settings = {k: v for k, v in env.items() if k.startswith("NCCL_")}
     shown = " ".join(f"{k}={v}" for k, v in sorted(settings.items())) or "none set (NCCL's defaults)"
@@ -247,8 +287,7 @@ def run_local(workers: int = 2, timeout: float = 300) -> list[Row]:
             horovod_results = []
             rows.append(Row(f"Horovod x{workers}", SKIP, "Horovod (horovodrun with TensorFlow) is not installed"))
         rows.append(pinning_row([*mwm_results, *horovod_results]))
-        rows.append(Row("across nodes", SKIP, "run alone: sbatch jobs/selftest.job checks MWM and Horovod across "
-                                              "an allocation's nodes"))
+        rows.append(interconnect_row([*mwm_results, *horovod_results]))
         rows.extend(environment_rows(os.environ, first.get("cuda_version", "") if first else "", gpus))
     return rows
 
@@ -279,6 +318,7 @@ def judge_allocation(directory: str, env: Mapping[str, str]) -> list[Row]:
         else:
             everyone.extend(results)
     rows.append(pinning_row(everyone))
+    rows.append(interconnect_row(everyone))
     first = read_results(os.path.join(directory, "single"))
     image_cuda = first[0].get("cuda_version", "") if first else ""
     gpus = len(first[0].get("gpus", [])) if first else 0

@@ -116,6 +116,7 @@ build = tf.sysconfig.get_build_info()
 result = {
     "rank": rank, "size": size, "mode": distrain.plan().mode,
     "host": os.environ.get("SLURMD_NODENAME") or platform.node(),  # Slurm's node name, as the job shows it
+    "machine": platform.node(),  # emulated Slurm nodes share one machine: no network between them
     "loss_first": float(losses[0]), "loss_last": float(losses[-1]),
     "weights": hashlib.sha256(weights.tobytes()).hexdigest()[:16],
     "tensorflow": tf.__version__, "keras": keras.__name__.split(".")[0],

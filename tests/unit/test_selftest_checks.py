@@ -79,3 +79,19 @@ def test_the_verdict_fails_on_any_failed_row():
     rows = [judge_training("single", [{**RANK, "size": 1}], 1), driver_row("12.8", SMI)]
     assert report(rows).endswith("verdict: FAIL (driver)")
     assert report(rows[:1]).endswith("verdict: PASS (1 passed, 0 skipped)")
+
+
+def test_the_all_reduce_across_nodes_is_compared_with_the_link(tmp_path):
+    from entrypoint.selftest import interconnect_row
+
+    ranks = [{**RANK, "allreduce_busbw_gbs": 9.0, "allreduce_mib": 64}, {**RANK, "rank": 1, "host": "n2",
+                                                                         "allreduce_busbw_gbs": 9.0}]
+    assert interconnect_row(ranks[:1], str(tmp_path)).status == "skip"  # one node: no network crossed
+    assert interconnect_row(ranks, str(tmp_path)).status == "skip"  # no link speed reported
+    port = tmp_path / "sys/class/infiniband/mlx5_0/ports/1"
+    port.mkdir(parents=True)
+    (port / "rate").write_text("100 Gb/sec (4X EDR)\n")
+    fast = interconnect_row(ranks, str(tmp_path))
+    assert fast.status == "pass" and "72% of InfiniBand mlx5_0's 100 Gb/s" in fast.detail
+    slow = interconnect_row([{**r, "allreduce_busbw_gbs": 1.1} for r in ranks], str(tmp_path))
+    assert slow.status == "fail" and "slower path" in slow.detail
