@@ -17,8 +17,8 @@ def test_benchmarks_smoke_writes_every_ratio(tmp_path):
     newest = (ROOT / ".venv-tf221" / "bin" / "distrain").exists()
     assert sorted(results["overhead"]) == sorted(rows + (["mwm x2 (keras3, TF 2.21)"] if newest else []))
     for name, row in results["overhead"].items():
-        if "skipped" in row:  # hand-written Keras 3.3 MWM fails on its own (tensorflow#72388)
-            assert name == "mwm x2 (keras3)", row
+        if "skipped" in row:  # hand-written Keras 3 MWM fails on its own (tensorflow#72388; PerReplica on 3.15)
+            assert name.startswith("mwm x2 (keras3"), row
             continue
         for ratio in ("ratio", "cpu_ratio"):  # throughput, and CPU seconds from the kernel's accounting
             assert 0 < row[f"{ratio}_min"] <= row[ratio] <= row[f"{ratio}_max"] and math.isfinite(row[f"{ratio}_max"])
