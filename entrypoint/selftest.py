@@ -277,19 +277,31 @@ def run_local(workers: int = 2, timeout: float = 300) -> list[Row]:
         mwm, mwm_results = _run_check(f"MWM x{workers}", [*distrain, "launch", "-n", str(workers)], base,
                                       os.path.join(scratch, "mwm"), workers, timeout)
         rows.append(mwm)
-        horovodrun = shutil.which("horovodrun", path=os.path.dirname(sys.executable)) or shutil.which("horovodrun")
-        if horovodrun and _horovod_builds():
-            horovod, horovod_results = _run_check(
-                f"Horovod x{workers}", [horovodrun, "-np", str(workers), "--gloo", *distrain, "run"], base,
-                os.path.join(scratch, "horovod"), workers, timeout)
+        launcher = _horovod_launcher(workers)
+        if launcher and _horovod_builds():
+            horovod, horovod_results = _run_check(f"Horovod x{workers}", [*launcher, *distrain, "run"], base,
+                                                  os.path.join(scratch, "horovod"), workers, timeout)
             rows.append(horovod)
         else:
             horovod_results = []
-            rows.append(Row(f"Horovod x{workers}", SKIP, "Horovod (horovodrun with TensorFlow) is not installed"))
+            rows.append(Row(f"Horovod x{workers}", SKIP, "Horovod with TensorFlow, or horovodrun/mpirun to start it, "
+                                                         "is not installed"))
         rows.append(pinning_row([*mwm_results, *horovod_results]))
         rows.append(interconnect_row([*mwm_results, *horovod_results]))
         rows.extend(environment_rows(os.environ, first.get("cuda_version", "") if first else "", gpus))
     return rows
+
+
+def _horovod_launcher(workers: int) -> list[str] | None:
+    """horovodrun with Gloo where it is installed; else Open MPI's mpirun (images that ship Horovod without its
+    launcher script)."""
+    horovodrun = shutil.which("horovodrun", path=os.path.dirname(sys.executable)) or shutil.which("horovodrun")
+    if horovodrun:
+        return [horovodrun, "-np", str(workers), "--gloo"]
+    mpirun = shutil.which("mpirun")
+    if mpirun:
+        return [mpirun, *(["--allow-run-as-root"] if os.geteuid() == 0 else []), "-np", str(workers)]
+    return None
 
 
 def _horovod_builds() -> bool:
