@@ -18,7 +18,7 @@ A script that distributes itself under Horovod (its own `hvd.DistributedOptimize
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 SHUFFLE_SEED = 20_241_122  # the same on every rank: their slices must partition the same permutation
@@ -239,20 +239,24 @@ def is_sharded(dataset: Any) -> bool:
             return True
     except (AttributeError, TypeError):
         pass
+    return any(type(stage).__name__ == "_ShardDataset" for stage in pipeline_stages(dataset))
+
+
+def pipeline_stages(dataset: Any) -> Iterator[Any]:
+    """`dataset` and every dataset it is built on (through TensorFlow's private `_inputs`), each once; a stage
+    whose inputs cannot be walked ends its branch."""
     seen, todo = set(), [dataset]
     while todo:
         current = todo.pop()
         if id(current) in seen:
             continue
         seen.add(id(current))
-        if type(current).__name__ == "_ShardDataset":
-            return True
+        yield current
         inputs = getattr(current, "_inputs", None)
         try:
             todo.extend(inputs() if callable(inputs) else [])
-        except Exception:  # noqa: BLE001 - an input we cannot walk: assume unsharded
+        except Exception:  # noqa: BLE001, S112 - an input we cannot walk: its branch ends here
             continue
-    return False
 
 
 def rank_share_of_sequence(keras: Any, sequence: Any, rank: int, size: int) -> Any:

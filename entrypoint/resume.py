@@ -142,18 +142,11 @@ def _keras_version() -> str:
 def unseeded_shuffle(dataset: Any) -> bool:
     """Whether the pipeline has a shuffle with neither its own seed nor a global one: its orders are new in every
     process, so no resumed process can know the interrupted epoch's."""
-    seen, todo = set(), [dataset]
-    while todo:
-        current = todo.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        if type(current).__name__ == "_ShuffleDataset":
+    for stage in batches.pipeline_stages(dataset):
+        if type(stage).__name__ == "_ShuffleDataset":
             with contextlib.suppress(AttributeError, TypeError, ValueError):
-                if int(current._seed) == 0 and int(current._seed2) == 0:
+                if int(stage._seed) == 0 and int(stage._seed2) == 0:
                     return True
-        with contextlib.suppress(Exception):
-            todo.extend(current._inputs())
     return False
 
 
