@@ -81,8 +81,9 @@ def _span_tensors(samples: int, batch_size: int, rank: int, size: int, replicas:
     import tensorflow as tf
 
     bounds = batch_bounds(samples, batch_size, max(size, replicas))
-    starts, ends = zip(*[(start + share(end - start, rank, size)[0], start + share(end - start, rank, size)[1])
-                         for start, end in bounds])
+    shares = [share(end - start, rank, size) for start, end in bounds]
+    starts = [start + first for (start, _), (first, _) in zip(bounds, shares)]
+    ends = [start + last for (start, _), (_, last) in zip(bounds, shares)]
     return tf.constant(starts, tf.int64), tf.constant(ends, tf.int64), len(bounds)
 
 

@@ -18,7 +18,6 @@ import errno
 import glob
 import json
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from . import runs, workdirs
 from .errors import EXIT_PREEMPTED, DistrainError, EnvironmentProblem
 from .log import get as log
 from .plan import Plan
+from .runs import checkpoint_number, newest_checkpoint
 
 
 def _temp_sibling(path: str, tag: str) -> str:
@@ -157,7 +157,7 @@ def make_backup_callback(plan: Plan, keras: Any) -> Any:
             epoch = int(self._training_state._ckpt_saved_epoch.numpy())
             if epoch >= 0 and plan.is_chief:
                 position = runs.read_position(plan.checkpoint_dir)
-                at = runs.describe(position) if position else f"the end of epoch {epoch + 1}"
+                at = runs.describe(**position) if position else f"the end of epoch {epoch + 1}"
                 log().info(f"resumed from checkpoint in {chief_dir}: training goes on at {at}")
 
         def save_now(self, epoch: int, batch: int) -> str | None:
@@ -171,7 +171,7 @@ def make_backup_callback(plan: Plan, keras: Any) -> Any:
             else:
                 self._position = _after(self, epoch, batch)
                 self._backup(epoch=epoch, batch=batch)
-                where = runs.describe(dict(zip(("epoch", "step"), self._position)))
+                where = runs.describe(*self._position)
             return where if self.written else None
 
     save_freq: Any = plan.checkpoint_every or "epoch"
@@ -217,7 +217,7 @@ def _keras3_backup(plan: Plan, keras: Any) -> Any:
             self.model._initial_epoch = done
             if plan.is_chief:
                 position = runs.read_position(plan.checkpoint_dir) if self.exact else None
-                at = runs.describe(position or {"epoch": done, "step": 0})
+                at = runs.describe(**position) if position else runs.describe(done, 0)
                 log().info(f"resumed from checkpoint in {chief_dir}: training goes on at {at}")
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
@@ -241,7 +241,7 @@ def _keras3_backup(plan: Plan, keras: Any) -> Any:
                 return True  # the chief reads locally: nothing collective for the others to join
             os.makedirs(chief_dir, mode=0o700, exist_ok=True)
             newest = newest_checkpoint(chief_dir)
-            number = int(newest.rsplit("-", 1)[1]) + 1 if newest else 1
+            number = checkpoint_number(newest) + 1 if newest else 1
             prefix = os.path.join(chief_dir, f"ckpt-{number}")
 
             def write() -> None:
@@ -259,7 +259,7 @@ def _keras3_backup(plan: Plan, keras: Any) -> Any:
 
             if not _write_guarded(write, chief_dir):
                 return False
-            for old in sorted(glob.glob(os.path.join(chief_dir, "ckpt-*.json")), key=_number)[:-2]:
+            for old in sorted(glob.glob(os.path.join(chief_dir, "ckpt-*.json")), key=checkpoint_number)[:-2]:
                 for path in glob.glob(old[: -len(".json")] + ".*"):
                     _remove(path)
             workdirs.make_tree_private(chief_dir)
@@ -268,7 +268,7 @@ def _keras3_backup(plan: Plan, keras: Any) -> Any:
         def save_now(self, epoch: int, batch: int) -> str | None:
             if self.exact:
                 position = _after(self, epoch, batch)
-                return runs.describe(dict(zip(("epoch", "step"), position))) if self._save(*position) else None
+                return runs.describe(*position) if self._save(*position) else None
             if not self._save(epoch):
                 return None
             return f"the start of epoch {epoch + 1}, with its partial progress"
@@ -290,18 +290,6 @@ def _refuse_if_positioned_elsewhere(backup: Any, plan: Plan) -> None:
         return
     raise DistrainError(f"the newest checkpoint in {plan.checkpoint_dir} was unreadable and is set aside; rerun "
                         "to resume exactly from the previous one", EXIT_PREEMPTED)
-
-
-def _number(path: str) -> int:
-    return int(re.search(r"ckpt-(\d+)\.", os.path.basename(path)).group(1))
-
-
-def newest_checkpoint(directory: str) -> str | None:
-    """The newest complete checkpoint's path prefix (tf_keras: ckpt-N.index; Keras 3: ckpt-N.json), or None."""
-    done = glob.glob(os.path.join(directory, "ckpt-*.index")) + glob.glob(os.path.join(directory, "ckpt-*.json"))
-    if not done:
-        return None
-    return os.path.splitext(max(done, key=_number))[0]
 
 
 def _drop_checkpoint(directory: str, prefix: str) -> None:

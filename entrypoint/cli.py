@@ -192,7 +192,6 @@ def _print_plan(plan: Plan) -> None:
 
 
 def _resume_note(plan: Plan) -> str | None:
-    from .checkpoint import newest_checkpoint
     from .workdirs import problem
 
     if not plan.checkpoint_workdir:
@@ -200,7 +199,7 @@ def _resume_note(plan: Plan) -> str | None:
     why = problem(plan.checkpoint_workdir)
     if why:
         return f"checkpoint: not used, {why}"
-    from .runs import describe, read_position
+    from .runs import describe, newest_checkpoint, read_position
 
     newest = newest_checkpoint(os.path.join(plan.checkpoint_dir, "chief"))
     if not newest:
@@ -208,7 +207,7 @@ def _resume_note(plan: Plan) -> str | None:
     if not plan.resume:
         return f"resume: no, DISTRAIN_RESUME=0 (the checkpoint {newest} will be removed)"
     position = read_position(plan.checkpoint_dir)
-    at = f" at {describe(position)}" if position else ""
+    at = f" at {describe(**position)}" if position else ""
     return f"resume: a checkpoint exists ({newest}); the next fit() resumes from it{at}"
 
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from . import batches, checkpoint, runs
+from . import batches, runs
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ def position_input(arguments: dict, *, keras_family: str, checkpoint_dir: str, r
     every global batch (zero-code Horovod), else 0/1; replicas: how many replicas each global batch feeds."""
     saved = saved_position(checkpoint_dir)
     why_not = _why_not_positionable(arguments, keras_family, replicas)
-    if saved is None and checkpoint.newest_checkpoint(os.path.join(checkpoint_dir, "chief")):
+    if saved is None and runs.newest_checkpoint(os.path.join(checkpoint_dir, "chief")):
         why_not = why_not or "the checkpoint records no position (an older distrain wrote it)"
     if why_not:
         note(f"{why_not}: a stop resumes at the start of the interrupted epoch, with its partial progress")

@@ -89,16 +89,25 @@ def _lock(directory: str, rank: int) -> None:
     _LOCKS[path] = fd
 
 
+def checkpoint_number(path: str) -> int:
+    """N of a checkpoint's prefix `.../ckpt-N` or of one of its files `.../ckpt-N.<suffix>`."""
+    return int(re.match(r"ckpt-(\d+)", os.path.basename(path)).group(1))
+
+
+def newest_checkpoint(directory: str) -> str | None:
+    """The newest complete checkpoint's path prefix (tf_keras: ckpt-N.index; Keras 3: ckpt-N.json), or None."""
+    done = glob.glob(os.path.join(directory, "ckpt-*.index")) + glob.glob(os.path.join(directory, "ckpt-*.json"))
+    if not done:
+        return None
+    return os.path.splitext(max(done, key=checkpoint_number))[0]
+
+
 def read_position(state_dir: str) -> dict | None:
     """{'epoch': E, 'step': S} of the newest complete checkpoint (E epochs done, S steps into the next), or None
     when it records none. Read from the checkpoint's own record: one set aside as unreadable takes it along."""
-    chief = os.path.join(state_dir, "chief")
-    complete = glob.glob(os.path.join(chief, "ckpt-*.index")) + glob.glob(os.path.join(chief, "ckpt-*.json"))
-    numbered = [(int(m.group(1)), m.group(0)) for path in complete
-                if (m := re.fullmatch(r".*/ckpt-(\d+)\.(?:index|json)", path))]
-    if not numbered:
+    prefix = newest_checkpoint(os.path.join(state_dir, "chief"))
+    if prefix is None:
         return None
-    prefix = os.path.splitext(max(numbered)[1])[0]
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         with open(prefix + POSITION_SUFFIX) as handle:
             data = json.load(handle)
@@ -156,9 +165,9 @@ def open_run(state_dir: str, run: RunIdentity, rank: int, command: Sequence[str]
     if position is None:
         again = " (DISTRAIN_RESUME=0: earlier state removed)" if not resume else ""
         return f"new run {run.name}{again} (state in {state_dir}; the same command resumes it)"
-    return f"resuming run {run.name} at {describe(position)} (state in {state_dir})"
+    return f"resuming run {run.name} at {describe(**position)} (state in {state_dir})"
 
 
-def describe(position: dict) -> str:
-    epoch, step = position["epoch"] + 1, position["step"]
-    return f"epoch {epoch}, step {step + 1}" if step else f"the start of epoch {epoch}"
+def describe(epoch: int, step: int) -> str:
+    """Where a resume starts, 1-based, from a position (`epoch` epochs done, `step` steps into the next)."""
+    return f"epoch {epoch + 1}, step {step + 1}" if step else f"the start of epoch {epoch + 1}"

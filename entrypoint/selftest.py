@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 from . import hostcheck
+from .plan import PROXY_VARS
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "selftest_train.py")
 PASS, FAIL, SKIP = "pass", "fail", "skip"
@@ -224,7 +225,7 @@ def nccl_row(env: Mapping[str, str], infiniband: bool) -> Row:
 
 
 def proxy_row(env: Mapping[str, str]) -> Row:
-    proxies = [k for k in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY") if env.get(k)]
+    proxies = [k for k in PROXY_VARS if env.get(k)]
     if not proxies:
         return Row("proxies", PASS, "none set")
     return Row("proxies", PASS, f"{' '.join(proxies)} set: distrain run unsets them for MWM (gRPC would send the "
@@ -315,6 +316,7 @@ def judge_allocation(directory: str, env: Mapping[str, str]) -> list[Row]:
     tasks = int(env.get("SLURM_NTASKS", "1") or 1)
     rows = []
     everyone: list[dict] = []
+    first: dict = {}
     for mode, name in (("single", "single"), ("mwm", f"MWM x{tasks}"), ("horovod", f"Horovod x{tasks}")):
         out = os.path.join(directory, mode)
         log_path = os.path.join(directory, f"{mode}.log")
@@ -326,15 +328,13 @@ def judge_allocation(directory: str, env: Mapping[str, str]) -> list[Row]:
         results = read_results(out)
         rows.append(judge_training(name, results, 1 if mode == "single" else tasks, log, seconds))
         if mode == "single":
-            rows.extend(gpu_rows(results[0] if results else None))
+            first = results[0] if results else {}
+            rows.extend(gpu_rows(first or None))
         else:
             everyone.extend(results)
     rows.append(pinning_row(everyone))
     rows.append(interconnect_row(everyone))
-    first = read_results(os.path.join(directory, "single"))
-    image_cuda = first[0].get("cuda_version", "") if first else ""
-    gpus = len(first[0].get("gpus", [])) if first else 0
-    rows.extend(environment_rows(env, image_cuda, gpus))
+    rows.extend(environment_rows(env, first.get("cuda_version", ""), len(first.get("gpus", []))))
     return rows
 
 

@@ -21,6 +21,7 @@ import signal
 import time
 from typing import Any
 
+from . import runs
 from .errors import EXIT_PREEMPTED, DistrainError
 from .log import get as log
 from .plan import Plan
@@ -143,10 +144,8 @@ def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Any) -> 
 
 
 def _newest_number(plan: Plan) -> int:
-    from .checkpoint import newest_checkpoint
-
-    newest = newest_checkpoint(os.path.join(plan.checkpoint_dir, "chief"))
-    return int(newest.rsplit("-", 1)[1]) if newest else 0
+    newest = runs.newest_checkpoint(os.path.join(plan.checkpoint_dir, "chief"))
+    return runs.checkpoint_number(newest) if newest else 0
 
 
 def _wait_for_chief_checkpoint(plan: Plan, before: int, timeout: float = 5.0) -> None:
