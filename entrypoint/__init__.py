@@ -102,7 +102,7 @@ def save(model: Any, path: str | os.PathLike, **kwargs: Any) -> None:
 
     engine = _engine()
     original = getattr(type(model).save, "__wrapped__", type(model).save)
-    checkpoint.save_model(engine.plan, model, path, original, **kwargs)
+    checkpoint.save_model(engine, model, path, original, **kwargs)
 
 
 def distributed_tape(tape: Any) -> Any:

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import runs, workdirs
+from .engines import Engine
 from .errors import EXIT_PREEMPTED, DistrainError, EnvironmentProblem
 from .log import get as log
 from .plan import Plan
@@ -69,11 +70,12 @@ def check_writable(directory: str, what: str) -> None:
         ) from None
 
 
-def save_model(plan: Plan, model: Any, path: str | os.PathLike, save: Callable[..., Any], *args: Any,
+def save_model(engine: Engine, model: Any, path: str | os.PathLike, save: Callable[..., Any], *args: Any,
                **kwargs: Any) -> None:
-    """Save so that only the chief's complete copy ever appears at `path`."""
-    path = os.fspath(path)
-    if not plan.is_chief:
+    """Save so that only the chief's complete copy ever appears at `path`. The chief is rank 0 now (engine.rank:
+    under Horovod elastic a survivor can become rank 0 after a reset)."""
+    plan, path = engine.plan, os.fspath(path)
+    if engine.rank != 0:
         # Horovod: plain per-process copies. MWM: the chief saves with local reads (compat/adopt.local_reads), so
         # nothing collective is left for the others to join, and a chief-only save in the script completes too.
         return

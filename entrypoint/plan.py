@@ -63,6 +63,7 @@ class Plan:
     stall_seconds: float = 120.0  # the floor of a steady step's allowance (10 x the median step, at least this)
     stall_pause_seconds: float = 1800.0  # the allowance of first steps, validation, epoch-end callbacks
     script_uses_horovod_tf: bool = False  # it imports horovod.tensorflow itself (in any mode)
+    elastic: bool = False  # Horovod elastic: the script's hvd.elastic.run owns membership, state and recovery
     collective_timeout: float | None = None
     env_set: tuple[tuple[str, str], ...] = ()
     env_unset: tuple[str, ...] = ()
@@ -108,6 +109,8 @@ class Plan:
             ("keras", self.keras, why.get("keras", "")),
             ("hooks", "on" if self.hooks else "off", why.get("hooks", "")),
         ]
+        if self.elastic:
+            rows.append(("elastic", "yes", why.get("elastic", "")))
         if self.cluster:
             rows.append(("cluster", " ".join(self.cluster), why.get("cluster", "")))
         if self.run_name:
@@ -235,6 +238,17 @@ def _checkpoint_dir(env: Mapping[str, str], run: runs.RunIdentity) -> tuple[Work
     if output.is_default:
         why += f"; private, used only if {output.owned_from} is yours"
     return output.below("runs", run.name), why
+
+
+def _horovod_elastic(env: Mapping[str, str], mode: str) -> tuple[bool, str]:
+    """horovodrun in elastic mode (--min-np, --max-np, --host-discovery-script) starts every worker with
+    HOROVOD_ELASTIC=1. Workers come and go, ranks are renumbered after each reset, and the script's
+    hvd.elastic.run rolls its state back to the last commit: distrain's own recovery (checkpoints, the agreed stop
+    of every rank on one rank's signal, the lost-peer exit) would fight that, so it stands aside."""
+    if mode != "horovod" or not _flag(env, "HOROVOD_ELASTIC"):
+        return False, "not elastic"
+    return True, ("HOROVOD_ELASTIC=1 (horovodrun --min-np/--host-discovery-script): the script's hvd.elastic.run "
+                  "recovers from a lost worker; a signal or a failure ends only that worker")
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float, minimum: float = 0.0) -> float:
@@ -472,12 +486,17 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
     checkpoint, reasons["checkpoint"] = _checkpoint_dir(env, run)
     if not hooks:
         checkpoint, reasons["checkpoint"] = None, "off with the hooks (DISTRAIN_HOOKS=0)"
+    elastic, reasons["elastic"] = _horovod_elastic(env, mode)
+    if elastic:
+        checkpoint, reasons["checkpoint"] = None, (
+            "off under Horovod elastic: the script's hvd.elastic state rolls a reset back to its last commit, and "
+            "a checkpoint restored in the reset would overwrite it; a rerun resumes from what the script saves")
     reasons["hooks"] = "DISTRAIN_HOOKS" if env.get("DISTRAIN_HOOKS") else "default: the script runs unchanged"
     every = _int(env, "DISTRAIN_CHECKPOINT_EVERY") or 0
     if every < 0:
         raise ConfigError("DISTRAIN_CHECKPOINT_EVERY must be a number of steps >= 0")
     checkpoint_minutes = _seconds(env, "DISTRAIN_CHECKPOINT_MINUTES", 30.0)
-    stop_check_seconds = _seconds(env, "DISTRAIN_STOP_CHECK_SECONDS", 2.0, minimum=0.01)
+    stop_check_seconds = _seconds(env, "DISTRAIN_STOP_CHECK_SECONDS", 2.0)  # 0: every step
     stall_seconds = _seconds(env, "DISTRAIN_STALL_SECONDS", 120.0, minimum=1)
     stall_pause_seconds = _seconds(env, "DISTRAIN_STALL_PAUSE_SECONDS", 1800.0, minimum=1)
     reasons["launcher"] = reasons.get("launcher", "what started this process")
@@ -510,6 +529,7 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
         stall_seconds=stall_seconds,
         stall_pause_seconds=stall_pause_seconds,
         script_uses_horovod_tf=_uses_horovod_tensorflow(script),
+        elastic=elastic,
         collective_timeout=collective_timeout,
         env_set=tuple(sorted(env_set.items())),
         env_unset=tuple(env_unset),

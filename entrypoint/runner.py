@@ -20,6 +20,7 @@ from . import batches, checkpoint, resume, stalls, stopping, sync
 from .compat import adopt
 from .engines import Engine
 from .errors import ConfigError
+from .log import configure as configure_log
 from .log import get as log
 
 _inside = threading.local()
@@ -77,14 +78,17 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
         if plan.checkpoint_dir and not any(isinstance(c, keras.callbacks.BackupAndRestore) for c in user):
             backup = checkpoint.make_backup_callback(plan, keras)
             after.append(backup)
-        after.append(stopping.make_callback(plan, keras, tf, engine, backup))
+        if not plan.elastic:  # elastic: a signal ends only the worker it reached (plan._horovod_elastic)
+            after.append(stopping.make_callback(plan, keras, tf, engine, backup))
+        else:  # ranks are renumbered after each elastic reset
+            configure_log(f"[{engine.rank}/{engine.size}]")
         # first of all: an epoch's end is a pause for the stall watchdog before the script's callbacks run
         args_["callbacks"] = [stalls.make_callback(plan, keras), *before, *user, *after]
         position = _position_input(engine, self, args_, user) if backup is not None else None
         if backup is not None:
             backup.exact, backup.expected = position is not None, position
         _adapt_input(engine, keras, self, args_, user)
-        if not plan.is_chief:
+        if engine.rank != 0:
             args_["verbose"] = 0
         elif "verbose" not in args_ and not sys.stdout.isatty():
             args_["verbose"] = 2  # one line per epoch in batch logs instead of a progress bar per step
@@ -101,7 +105,7 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
         return orig_compile(self, *args, **kwargs)
 
     def save(self, filepath, *args, **kwargs):  # noqa: ANN001, ANN202
-        checkpoint.save_model(plan, self, filepath, orig_save, *args, **kwargs)
+        checkpoint.save_model(engine, self, filepath, orig_save, *args, **kwargs)
 
     fit.__wrapped_original__ = orig_fit
     compile.__wrapped_original__ = orig_compile
@@ -211,7 +215,8 @@ def run_script(script: str, argv: list[str], engine: Engine | None) -> None:
             from .compat import script_gpu_pinning
 
             script_gpu_pinning.install(STATE.tf, engine.local_rank)
-        stopping.FLAG.install()
+        if not engine.plan.elastic:
+            stopping.FLAG.install()
     elif engine is not None and engine.strategy is not None:
         STATE.tf.distribute.experimental_set_strategy(None)
         log().info("hooks off: the script runs as is, without the default strategy or hooks")

@@ -35,7 +35,8 @@ def build(plan: Plan, tf) -> Engine:  # noqa: ANN001 - the tensorflow module
         from . import horovod
 
         hvd = horovod.init(plan, tf)
-        return Engine(plan, hvd=hvd, peers=horovod.liveness_addresses(hvd))
+        # elastic: Horovod's driver handles a lost worker, and the ranks change after each reset
+        return Engine(plan, hvd=hvd, peers=() if plan.elastic else horovod.liveness_addresses(hvd))
     if plan.mode == "mwm":
         from . import mwm
 

@@ -91,6 +91,29 @@ def test_horovods_tensorflow_api_fails_on_keras_3_variables_without_distrain_neg
     assert out.returncode != 0 and "object has no attribute 'ref'" in out.stdout, out.stdout[-3000:]
 
 
+@pytest.mark.core
+def test_horovod_elastic_keeps_training_when_the_chief_dies(tmp_path):
+    """Horovod's elastic Keras example through distrain, two workers on two host names of this machine: the
+    worker started as rank 0 is killed at the start of epoch 2. The survivor rolls back to the last commit (the
+    end of epoch 1, as Horovod promises), is renumbered rank 0 of 1, trains the remaining epochs and, as the
+    chief now, saves the model. distrain restores none of its own checkpoints over the elastic state and does not
+    end the job as a lost worker."""
+    hosts = tmp_path / "discover-hosts.sh"
+    hosts.write_text("#!/bin/sh\necho localhost:1\necho 127.0.0.1:1\n")
+    hosts.chmod(0o755)
+    out = run(["horovodrun", "--gloo", "-np", "2", "--min-np", "1", "--host-discovery-script", str(hosts),
+               DISTRAIN, "run", str(SCRIPTS / "horovod_keras_elastic.py"), "--save", str(tmp_path / "model.h5")],
+              env=clean_env(DIE_AT_EPOCH="2", DIE_RANK="0", DIE_MARKER=str(tmp_path / "died")), timeout=600)
+    assert out.returncode == 0, out.stdout[-4000:]
+    assert (tmp_path / "died").exists() and "exit with status code 137" in out.stdout  # the chief did die
+    assert "RESET rank=0 size=1 epoch=1 batch=0" in out.stdout, out.stdout[-3000:]
+    [result] = results(out.stdout)
+    assert (result["size"], result["epochs"]) == ("1", "4") and float(result["loss_last"]) < float(result["loss_first"])
+    assert "resumed from checkpoint" not in out.stdout and "lost worker" not in out.stdout, out.stdout[-3000:]
+    assert "[0/1] distrain: saved model to" in out.stdout  # the survivor saves: it is the chief now
+    load_model(tmp_path / "model.h5", "legacy")
+
+
 @pytest.mark.parametrize(("job", "script", "extra"), [
     ("mwm", "guide_mwm.py", {}),
     ("horovod", "guide_horovod.py", {}),

@@ -87,6 +87,18 @@ def test_pmix_in_multi_task_srun_step_is_not_taken_as_horovod():
     assert (plan.mode, plan.rank, plan.size, plan.local_size) == ("horovod", 1, 2, 2)
 
 
+def test_horovod_elastic_leaves_recovery_to_the_script():
+    """horovodrun --min-np/--host-discovery-script sets HOROVOD_ELASTIC=1: no distrain checkpoint to restore over
+    the elastic state, and `plan` says why."""
+    env = {"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2", "HOROVOD_ELASTIC": "1", "DISTRAIN_OUTPUT_DIR": "/tmp/x"}
+    plan = detect(env, gpus=[])
+    assert (plan.mode, plan.elastic, plan.checkpoint_dir) == ("horovod", True, None)
+    assert "hvd.elastic" in dict(plan.reasons)["checkpoint"]
+    assert ("elastic", "yes") in [row[:2] for row in plan.rows()]
+    assert not detect({**env, "HOROVOD_ELASTIC": "0"}, gpus=[]).elastic
+    assert not detect({"HOROVOD_ELASTIC": "1"}, gpus=[]).elastic  # not launched by horovodrun: single
+
+
 def test_horovod_launch_wins_over_tf_config():
     env = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
            "TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}})}
