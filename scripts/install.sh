@@ -42,6 +42,8 @@ setup_venv() {  # VENV TF_VERSION KERAS_VERSION
   # tf-keras must match TensorFlow; --no-deps, or it pulls the full `tensorflow` package over tensorflow-cpu
   tfk=$(echo "$tf" | awk -F. '{print $1"."$2".0"}')
   have tf-keras "$tfk" || pip install --no-deps "tf-keras==$tfk"
+  # TensorFlow 2.21 no longer pulls TensorBoard in; scripts with Keras' TensorBoard callback need it
+  "$venv/bin/python" -c "import importlib.metadata as m; m.version('tensorboard')" 2>/dev/null || pip install tensorboard
   if ! "$venv/bin/python" -c "import importlib.metadata as m, entrypoint, typer, spython, pytest, sklearn; m.version('distrain')" 2>/dev/null; then
     say "installing distrain (editable) and test tools into $venv"; pip install -e ".[test]"
   fi
