@@ -4,8 +4,10 @@
   the watchdog thread running, in microseconds per step;
 - input: distrain's rewrites as tf.data pipelines alone, iterated at a high batch rate against plain tf.data on the
   same arrays (time of plain / time of the rewrite: >= 1 is as fast): exact resume's positioned numpy pipeline
-  against `from_tensor_slices().shuffle().batch()`, the even last batch (MWM) and Horovod's rank slices on top of
-  the plain pipeline against it alone.
+  against the pipeline Keras 3 itself builds from numpy arrays (what `fit` trains on without distrain) and
+  against `from_tensor_slices().shuffle().batch()`, the even last batch (MWM: where the last batch splits as it
+  is, and where a last batch of one sample is topped up) and Horovod's rank slices on top of the plain pipeline
+  against it alone.
 
 Prints `BENCH {...}` for benchmarks/run.py perstep.
 """
@@ -53,14 +55,30 @@ rng = np.random.default_rng(0)
 x, y = rng.random((samples, 16), dtype=np.float32), rng.integers(0, 10, samples)
 
 
-def plain():
-    return tf.data.Dataset.from_tensor_slices((x, y)).shuffle(samples, seed=1).batch(batch).prefetch(tf.data.AUTOTUNE)
+def plain(count: int = samples):
+    return tf.data.Dataset.from_tensor_slices((x[:count], y[:count])).shuffle(count, seed=1).batch(batch).prefetch(
+        tf.data.AUTOTUNE)
+
+
+def short_last():
+    return plain(samples - batch + 1)  # a last batch of one sample: on 2 replicas it must be topped up
+
+
+def keras_numpy():
+    """What `fit(x, y, batch_size=64, shuffle=True)` trains on without distrain (Keras 3's own numpy pipeline)."""
+    from keras.src.trainers.data_adapters.array_data_adapter import ArrayDataAdapter
+
+    return ArrayDataAdapter(x, y, batch_size=batch, shuffle=True).get_tf_dataset()
 
 
 pipelines = {
-    "positioned numpy (exact resume)": (plain, lambda: batches.positioned_array_dataset(
+    "positioned numpy (exact resume) vs Keras' own": (keras_numpy, lambda: batches.positioned_array_dataset(
         (x, y), batch, True, first_epoch=0, epochs=1, skip=0)),
-    "even last batch (MWM)": (plain, lambda: batches.even_out_last_batch(plain(), 2)),
+    "positioned numpy (exact resume) vs from_tensor_slices": (plain, lambda: batches.positioned_array_dataset(
+        (x, y), batch, True, first_epoch=0, epochs=1, skip=0)),
+    "even last batch (MWM), last batch splits": (plain, lambda: batches.even_out_last_batch(plain(), 2)),
+    "even last batch (MWM), last batch of 1 topped up": (short_last,
+                                                         lambda: batches.even_out_last_batch(short_last(), 2)),
     "rank slices (Horovod)": (plain, lambda: batches.rank_slices(batches.even_out_last_batch(plain(), 2), 0, 2)),
 }
 

@@ -9,6 +9,7 @@ from entrypoint.batches import (
     batch_bounds,
     even_out_last_batch,
     is_sharded,
+    last_batch_size,
     rank_slices,
     share,
     splits_cleanly,
@@ -81,8 +82,28 @@ def test_a_dataset_keeps_its_step_count_and_gives_every_replica_a_sample(tf):
 def test_an_infinite_or_already_even_dataset_is_unchanged_in_content(tf):
     even = tf.data.Dataset.range(64).batch(16)
     assert [b.numpy().tolist() for b in even_out_last_batch(even, 4)] == [b.numpy().tolist() for b in even]
+    assert even_out_last_batch(even, 4) is even  # known from the graph: nothing added to the pipeline
+    cleanly = tf.data.Dataset.range(71).shuffle(71).batch(16).map(lambda b: b * 2).prefetch(1)  # a last batch of 7
+    assert even_out_last_batch(cleanly, 4) is cleanly
     endless = tf.data.Dataset.range(8).batch(4).repeat()
     assert even_out_last_batch(endless, 4) is endless
+
+
+def test_the_last_batch_size_is_read_from_the_pipeline_where_it_can_be(tf):
+    assert last_batch_size(tf.data.Dataset.range(66).shuffle(66).batch(16).map(lambda b: b).prefetch(2)) == 2
+    assert last_batch_size(tf.data.Dataset.range(64).batch(16)) == 16
+    assert last_batch_size(tf.data.Dataset.range(66).batch(16, drop_remainder=True)) == 16
+    assert last_batch_size(tf.data.Dataset.range(66).filter(lambda i: i > 3).batch(16)) is None  # unknown length
+    assert last_batch_size(tf.data.Dataset.range(66).batch(16).unbatch().batch(8)) is None  # unbatch: length unknown
+    assert last_batch_size(tf.data.Dataset.range(66).batch(16).take(2)) is None  # take: not read through
+
+
+@pytest.mark.parametrize(("samples", "batch", "ranks"), [(70, 16, 2), (71, 16, 4), (40, 9, 4)])
+def test_the_ranks_slices_partition_every_batch_and_none_is_empty(tf, samples, batch, ranks):
+    dataset = even_out_last_batch(tf.data.Dataset.range(samples).batch(batch), ranks)
+    per_rank = [[b.numpy().tolist() for b in rank_slices(dataset, r, ranks)] for r in range(ranks)]
+    assert len({len(batches) for batches in per_rank}) == 1 and all(b for batches in per_rank for b in batches)
+    assert sorted(sum(sum(per_rank, []), [])) == list(range(samples))
 
 
 def test_a_dataset_the_script_sharded_is_recognised(tf):
