@@ -6,7 +6,8 @@
 
 overhead   distrain run/launch (checkpoints on, as by default) vs the same work hand-written for the mode (single,
            MWM x2, Horovod x2), for each Keras family, with oneDNN as TensorFlow ships it: throughput, and the CPU
-           seconds of every process of the run from the kernel's accounting (what steal time cannot distort);
+           seconds of every process of the run from the kernel's accounting (what steal time cannot distort), per
+           run and per step (two run lengths: the difference is per step, the fixed costs left per run);
            Keras 3 MWM on TensorFlow 2.21 (.venv-tf221), where the hand-written baseline runs
 perstep    distrain's own per-step work timed directly: its callbacks (stall watchdog, stop check) per step, and
            its input rewrites as pipelines alone against plain tf.data at a high batch rate
@@ -125,7 +126,11 @@ NEWEST = ROOT / os.environ.get("NEWEST_VENV", ".venv-tf221") / "bin"
 
 
 def overhead(reps: int, smoke: bool) -> dict:
-    work = ["--steps", "8" if smoke else "150", "--warmup", "3" if smoke else "20", "--pin"]
+    """Each mode through distrain against the same work hand-written, alternating. Each variant runs twice per
+    repetition, at two lengths: the CPU difference over the extra steps is the CPU per step, where a run's fixed
+    costs (start-up, the checkpoint at the epoch end) cancel out; the whole short run gives the CPU per run."""
+    lengths = (8, 40) if smoke else (150, 450)
+    work = ["--warmup", "3" if smoke else "20", "--pin"]
     horovodrun = ["horovodrun", "-np", "2", "--gloo"]
     state = tempfile.mkdtemp(prefix="distrain-bench-")
     default = {"DISTRAIN_CHECKPOINT": "1", "DISTRAIN_OUTPUT_DIR": state}  # what a user gets: checkpoints on
@@ -133,39 +138,51 @@ def overhead(reps: int, smoke: bool) -> dict:
     for family in FAMILIES:
         ours, hand = {"DISTRAIN_KERAS": family, **PINNED, **default}, ["--keras", family]
         pairs[f"single ({family})"] = (
-            lambda ours=ours: bench_line([DISTRAIN, "run", WORKLOAD, *work], extra_env=ours),
-            lambda hand=hand: bench_line([sys.executable, WORKLOAD, "--handmade", "single", *hand, *work],
-                                         extra_env=PINNED))
+            lambda steps, ours=ours: bench_line([DISTRAIN, "run", WORKLOAD, *work, *steps], extra_env=ours),
+            lambda steps, hand=hand: bench_line([sys.executable, WORKLOAD, "--handmade", "single", *hand, *work,
+                                                 *steps], extra_env=PINNED))
         pairs[f"mwm x2 ({family})"] = (
-            lambda ours=ours: bench_line([DISTRAIN, "launch", "-n", "2", WORKLOAD, *work], extra_env=ours),
-            lambda hand=hand: handmade_mwm([*hand, *work], PINNED))
+            lambda steps, ours=ours: bench_line([DISTRAIN, "launch", "-n", "2", WORKLOAD, *work, *steps],
+                                                extra_env=ours),
+            lambda steps, hand=hand: handmade_mwm([*hand, *work, *steps], PINNED))
     # Horovod's Keras API drives tf_keras only (horovod#4290): there is no hand-written Keras 3 Horovod script
     pairs["horovod x2 (legacy)"] = (
-        lambda: bench_line([*horovodrun, DISTRAIN, "run", WORKLOAD, *work],
-                           extra_env={"DISTRAIN_KERAS": "legacy", **PINNED, **default}),
-        lambda: bench_line([*horovodrun, sys.executable, WORKLOAD, "--handmade", "horovod", "--keras", "legacy",
-                            *work], extra_env=PINNED))
+        lambda steps: bench_line([*horovodrun, DISTRAIN, "run", WORKLOAD, *work, *steps],
+                                 extra_env={"DISTRAIN_KERAS": "legacy", **PINNED, **default}),
+        lambda steps: bench_line([*horovodrun, sys.executable, WORKLOAD, "--handmade", "horovod", "--keras",
+                                  "legacy", *work, *steps], extra_env=PINNED))
     if (NEWEST / "distrain").exists():  # Keras 3.3's MWM fails by hand (tensorflow#72388); Keras 3.15's runs
         newest = {"DISTRAIN_KERAS": "keras3", **PINNED, **default, "PATH": f"{NEWEST}:{os.environ['PATH']}"}
         pairs["mwm x2 (keras3, TF 2.21)"] = (
-            lambda: bench_line([str(NEWEST / "distrain"), "launch", "-n", "2", WORKLOAD, *work], extra_env=newest),
-            lambda: handmade_mwm(["--keras", "keras3", *work], PINNED, python=str(NEWEST / "python")))
+            lambda steps: bench_line([str(NEWEST / "distrain"), "launch", "-n", "2", WORKLOAD, *work, *steps],
+                                     extra_env=newest),
+            lambda steps: handmade_mwm(["--keras", "keras3", *work, *steps], PINNED, python=str(NEWEST / "python")))
     rows = {}
+    short, long = (["--steps", str(n)] for n in lengths)
     for mode, (with_distrain, by_hand) in pairs.items():
         try:
-            samples = alternate({"distrain": with_distrain, "hand-written": by_hand}, reps)
+            samples = alternate({"distrain": lambda f=with_distrain: (f(short)[0], f(long)[0]),
+                                 "hand-written": lambda f=by_hand: (f(short)[0], f(long)[0])}, reps)
         except RuntimeError as exc:  # Keras 3.3's MWM fails by hand (tensorflow#72388), distrain fixes it
             rows[mode] = {"skipped": f"a variant failed: {_last_error(str(exc))}"}
             continue
-        ours = [s[0]["images_per_sec"] for s in samples["distrain"]]
-        theirs = [s[0]["images_per_sec"] for s in samples["hand-written"]]
-        # the same samples trained on both sides: CPU per sample compares as CPU per run
-        cpu = spread([s[0]["cpu_s"] for s in samples["hand-written"]], [s[0]["cpu_s"] for s in samples["distrain"]])
+        ours = [long_run["images_per_sec"] for _, long_run in samples["distrain"]]
+        theirs = [long_run["images_per_sec"] for _, long_run in samples["hand-written"]]
+        extra = lengths[1] - lengths[0]
+        per_run = {side: [a["cpu_s"] for a, _ in runs] for side, runs in samples.items()}
+        per_step = {side: [(b["cpu_s"] - a["cpu_s"]) / extra for a, b in runs] for side, runs in samples.items()}
+        # the same samples trained on both sides: CPU per sample compares as CPU per run (or per step)
+        cpu = spread(per_run["hand-written"], per_run["distrain"])
+        step = spread(per_step["hand-written"], per_step["distrain"])
+        fixed = [(d - lengths[0] * ds) - (h - lengths[0] * hs) for d, ds, h, hs in
+                 zip(per_run["distrain"], per_step["distrain"], per_run["hand-written"], per_step["hand-written"])]
         rows[mode] = {"distrain_images_per_sec": statistics.median(ours),
                       "handwritten_images_per_sec": statistics.median(theirs), **spread(ours, theirs),
-                      "distrain_cpu_s": statistics.median(s[0]["cpu_s"] for s in samples["distrain"]),
-                      "handwritten_cpu_s": statistics.median(s[0]["cpu_s"] for s in samples["hand-written"]),
-                      **{f"cpu_{key}": value for key, value in cpu.items()}}
+                      "distrain_cpu_s": statistics.median(per_run["distrain"]),
+                      "handwritten_cpu_s": statistics.median(per_run["hand-written"]),
+                      **{f"cpu_{key}": value for key, value in cpu.items()},
+                      **{f"cpu_per_step_{key}": value for key, value in step.items()},
+                      "distrain_extra_cpu_s_per_run": statistics.median(fixed)}
     shutil.rmtree(state, ignore_errors=True)
     return rows
 

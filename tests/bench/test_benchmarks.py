@@ -22,11 +22,14 @@ def test_benchmarks_smoke_writes_every_ratio(tmp_path):
             continue
         for ratio in ("ratio", "cpu_ratio"):  # throughput, and CPU seconds from the kernel's accounting
             assert 0 < row[f"{ratio}_min"] <= row[ratio] <= row[f"{ratio}_max"] and math.isfinite(row[f"{ratio}_max"])
+        # per step: the CPU difference between two run lengths (32 steps apart in smoke mode: sign not asserted)
+        assert row["cpu_per_step_ratio_min"] <= row["cpu_per_step_ratio_max"]
+        assert all(math.isfinite(row[k]) for k in ("cpu_per_step_ratio", "distrain_extra_cpu_s_per_run"))
         assert row["distrain_cpu_s"] > 0 and row["handwritten_cpu_s"] > 0
     perstep = results["perstep"]
     assert set(perstep["callbacks"]) == {"stall watchdog", "stop check"}
     assert all(c["us_per_step"] > 0 and 0 < c["share_of_step"] < 1 for c in perstep["callbacks"].values())
-    assert len(perstep["input"]) == 3 and all(r["ratio"] > 0 for r in perstep["input"].values())
+    assert len(perstep["input"]) == 5 and all(r["ratio"] > 0 for r in perstep["input"].values())
     phases = results["startup"]["phases_s_by_workers"]
     assert set(phases) == {"1 worker(s)", "2 worker(s)"}
     assert all(p["total"] > 0 and p["TensorFlow import"] > 0 for p in phases.values())
