@@ -78,10 +78,8 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
         if plan.checkpoint_dir and not any(isinstance(c, keras.callbacks.BackupAndRestore) for c in user):
             backup = checkpoint.make_backup_callback(plan, keras)
             after.append(backup)
-        if not plan.elastic:  # elastic: a signal ends only the worker it reached (plan._horovod_elastic)
-            after.append(stopping.make_callback(plan, keras, tf, engine, backup))
-        else:  # ranks are renumbered after each elastic reset
-            configure_log(f"[{engine.rank}/{engine.size}]")
+        after.append(stopping.make_callback(plan, keras, tf, engine, backup))
+        configure_log(f"[{engine.rank}/{engine.size}]")  # the ranks now: Horovod elastic renumbers them in a reset
         # first of all: an epoch's end is a pause for the stall watchdog before the script's callbacks run
         args_["callbacks"] = [stalls.make_callback(plan, keras), *before, *user, *after]
         position = _position_input(engine, self, args_, user) if backup is not None else None
@@ -215,8 +213,7 @@ def run_script(script: str, argv: list[str], engine: Engine | None) -> None:
             from .compat import script_gpu_pinning
 
             script_gpu_pinning.install(STATE.tf, engine.local_rank)
-        if not engine.plan.elastic:
-            stopping.FLAG.install()
+        stopping.install(engine.plan)
     elif engine is not None and engine.strategy is not None:
         STATE.tf.distribute.experimental_set_strategy(None)
         log().info("hooks off: the script runs as is, without the default strategy or hooks")

@@ -67,6 +67,13 @@ class SignalFlag:
 FLAG = SignalFlag()
 
 
+def install(plan: Plan) -> None:
+    """Catch the stop signals (SignalFlag). Not under Horovod elastic (plan._horovod_elastic): there a signal ends
+    only the worker it reached, and the others go on without it, as Horovod promises."""
+    if not plan.elastic:
+        FLAG.install()
+
+
 def ignore_stop_signals() -> None:
     """The stop is decided: a later TERM must not turn this rank's exit 75 into "killed". It does come: srun
     --kill-on-bad-exit terminates the other tasks as soon as the first one exits 75, and the job script would
@@ -77,7 +84,10 @@ def ignore_stop_signals() -> None:
 
 def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Any) -> Any:
     """The callback that stops every rank at the same step once any rank got a signal (checkpoint first), and
-    writes the timed checkpoints (DISTRAIN_CHECKPOINT_MINUTES) at steps all ranks agree on."""
+    writes the timed checkpoints (DISTRAIN_CHECKPOINT_MINUTES) at steps all ranks agree on. Under Horovod elastic,
+    a callback that does nothing: no agreed stop, no checkpoints of distrain's (see `install`)."""
+    if plan.elastic:
+        return keras.callbacks.Callback()
     reduce_sum = _reducer(plan, tf, engine)
     every_seconds = plan.stop_check_seconds
     timed = plan.checkpoint_minutes * 60 if backup is not None else 0.0
