@@ -75,16 +75,23 @@ def _first_length(structure: Any) -> int:
     return int(tf.nest.flatten(structure)[0].shape[0])
 
 
+def rank_spans(bounds: list[tuple[int, int]], rank: int, size: int) -> list[tuple[int, int]]:
+    """[start, end) of this rank's share of each global batch [start, end) in `bounds`."""
+    return [(start + first, start + last) for start, end in bounds for first, last in [share(end - start, rank, size)]]
+
+
+def _span_constants(spans: list[tuple[int, int]]) -> tuple[Any, Any]:
+    """The starts and the ends of `spans` as int64 tensors."""
+    import tensorflow as tf
+
+    return tf.constant([start for start, _ in spans], tf.int64), tf.constant([end for _, end in spans], tf.int64)
+
+
 def _span_tensors(samples: int, batch_size: int, rank: int, size: int, replicas: int = 1) -> tuple[Any, Any, int]:
     """[start, end) of this rank's share of every global batch (each splitting cleanly between `replicas`, or the
     `size` ranks), as int64 tensors, and the number of batches."""
-    import tensorflow as tf
-
     bounds = batch_bounds(samples, batch_size, max(size, replicas))
-    shares = [share(end - start, rank, size) for start, end in bounds]
-    starts = [start + first for (start, _), (first, _) in zip(bounds, shares)]
-    ends = [start + last for (start, _), (_, last) in zip(bounds, shares)]
-    return tf.constant(starts, tf.int64), tf.constant(ends, tf.int64), len(bounds)
+    return (*_span_constants(rank_spans(bounds, rank, size)), len(bounds))
 
 
 def _element(arrays: tuple) -> Any:
@@ -144,8 +151,8 @@ def positioned_array_dataset(arrays: tuple, batch_size: int, shuffle: bool, *, f
     full = next((i for i, (start, end) in enumerate(bounds) if (start, end) != (i * batch_size, (i + 1) * batch_size)),
                 len(bounds))
     first, last = share(batch_size, rank, size)
-    tail = [(start + a, start + b) for start, end in bounds[full:] for a, b in [share(end - start, rank, size)]]
-    tail_starts, tail_ends = (tf.constant([span[i] for span in tail], tf.int64) for i in (0, 1))
+    tail = rank_spans(bounds[full:], rank, size)
+    tail_starts, tail_ends = _span_constants(tail)
     element = _element(arrays)
 
     def epoch_indices(epoch: Any) -> Any:
