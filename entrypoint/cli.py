@@ -7,7 +7,6 @@ script's own traceback and exit code pass through unchanged.
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import json
 import os
 import platform
@@ -94,7 +93,6 @@ SCRIPT_ARG = typer.Argument(..., help="The training script; its arguments follow
 
 
 @app.command(context_settings=PASS_THROUGH)
-@reports_errors
 def run(ctx: typer.Context, script: str = SCRIPT_ARG) -> None:
     """Run SCRIPT with its arguments, in the mode the environment implies (`distrain plan` shows it).
 
@@ -103,12 +101,18 @@ def run(ctx: typer.Context, script: str = SCRIPT_ARG) -> None:
     (DISTRAIN_RUN names a run, DISTRAIN_RESUME=0 starts over). SIGTERM/SIGUSR1/Ctrl-C: checkpoint, exit 75.
     Settings: DISTRAIN_* variables (README: Configuration). Exit codes: see `distrain --help`.
     """
+    run_script_command(script, list(ctx.args))
+
+
+@reports_errors
+def run_script_command(script: str, args: list[str]) -> None:
+    """`distrain run SCRIPT ARGS...`: what every worker of every job runs (main() calls it without typer)."""
     from . import log, runner, runtime
 
     if script == "selftest-worker":  # what jobs/selftest.job starts per mode (selftest_train.py, in the package)
         from .selftest import WORKER as script
     path = runner.check_script(script)
-    plan = detect(os.environ, script=path, argv=list(ctx.args))
+    plan = detect(os.environ, script=path, argv=args)
     runtime.apply_checks(plan)
     runtime.STATE.plan = plan
     logger = log.configure(plan.prefix)
@@ -121,7 +125,7 @@ def run(ctx: typer.Context, script: str = SCRIPT_ARG) -> None:
         prepare(plan.checkpoint_workdir, what, warn=logger.warning)
         check_writable(plan.checkpoint_dir, what)
         identity = runs.RunIdentity(plan.run_name, plan.run_key, "")
-        first = runs.open_run(plan.checkpoint_dir, identity, plan.rank, [path, *ctx.args], plan.resume,
+        first = runs.open_run(plan.checkpoint_dir, identity, plan.rank, [path, *args], plan.resume,
                               plan.checkpoint_dir_named)
         if plan.is_chief:
             logger.info(first)
@@ -135,7 +139,7 @@ def run(ctx: typer.Context, script: str = SCRIPT_ARG) -> None:
     log.quiet_native_logs()
     engine = runtime.setup(plan)
     try:
-        runner.run_script(path, list(ctx.args), engine)
+        runner.run_script(path, args, engine)
     except SystemExit:
         raise
     except DistrainError:
@@ -302,6 +306,8 @@ def doctor() -> None:
         build = tf.sysconfig.get_build_info()
         typer.echo(f"tensorflow: {tf.__version__} (CUDA build: {build.get('is_cuda_build', False)}, "
                    f"CUDA {build.get('cuda_version', '-')}, cuDNN {build.get('cudnn_version', '-')})")
+        import importlib.metadata
+
         keras_dist = "tf-keras" if tf.keras.__name__.startswith("tf_keras") else "keras"
         typer.echo(f"keras: {keras_dist} {importlib.metadata.version(keras_dist)}")
         gpus = tf.config.list_physical_devices("GPU")
@@ -457,8 +463,21 @@ def image_pull(
 
 
 def main() -> None:
-    """Console entry: `distrain train.py ...` is `distrain run train.py ...` (what the image runs)."""
+    """Console entry: `distrain train.py ...` is `distrain run train.py ...` (what the image runs).
+
+    `distrain run SCRIPT ...` (every worker's start) is parsed here, not by typer: there is nothing to parse but
+    the script's name, and typer's parsing imports pydantic, 60-70 ms of CPU in every process of every job.
+    """
     argv = sys.argv[1:]
     if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
         argv = ["run", *argv]
+    if len(argv) >= 2 and argv[0] == "run" and not argv[1].startswith("-"):
+        try:
+            run_script_command(argv[1], argv[2:])
+        except typer.Exit as exc:  # what typer would have done with it
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:  # Ctrl-C before the stop handler is installed: as click reports it
+            sys.stderr.write("\nAborted!\n")
+            sys.exit(1)
+        return
     app(args=argv, prog_name="distrain")

@@ -7,11 +7,11 @@ Plan out, so `distrain plan` shows exactly what a run will do, and every decisio
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import json
 import os
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -264,16 +264,26 @@ def _seconds(env: Mapping[str, str], name: str, default: float, minimum: float =
     return value
 
 
-def installed_versions() -> dict[str, str]:
-    """Versions of the packages the Keras decision depends on, from their metadata (no import)."""
-    import importlib.metadata as metadata
+# the distributions the Keras decision depends on, by normalised name (PEP 503), and the package each one is
+_VERSIONED = {"tensorflow": "tensorflow", "tensorflow_cpu": "tensorflow", "keras": "keras", "tf_keras": "tf_keras"}
 
-    found = {}
-    for name, dist in (("tensorflow", "tensorflow"), ("tensorflow", "tensorflow-cpu"), ("keras", "keras"),
-                       ("tf_keras", "tf-keras"), ("tf_keras", "tf_keras")):
-        if name not in found:
-            with contextlib.suppress(metadata.PackageNotFoundError):
-                found[name] = metadata.version(dist)
+
+def installed_versions(paths: list[str] | None = None) -> dict[str, str]:
+    """Versions of the packages the Keras decision depends on, without importing them: from the names of their
+    `NAME-VERSION.dist-info` directories on sys.path (the wheel format puts both there), the first on the path
+    winning, as for imports. What importlib.metadata reads, without its import (20 ms of CPU in every worker)."""
+    found: dict[str, str] = {}
+    for entry in sys.path if paths is None else paths:
+        try:
+            names = sorted(os.listdir(entry or "."))
+        except OSError:
+            continue
+        for name in names:
+            stem, dot, kind = name.rpartition(".")
+            dist, _, version = stem.partition("-")
+            package = _VERSIONED.get(re.sub(r"[-_.]+", "_", dist).lower())
+            if dot and kind in ("dist-info", "egg-info") and package and version and package not in found:
+                found[package] = version.split("-")[0]
     return found
 
 

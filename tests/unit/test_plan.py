@@ -231,3 +231,34 @@ def test_old_tensorflow_or_no_keras3_is_legacy_and_forcing_wins():
         "keras3"
     with pytest.raises(ConfigError, match="unknown DISTRAIN_KERAS='keras2'"):
         detect({"DISTRAIN_KERAS": "keras2"}, gpus=[], packages=KERAS3_TF217)
+
+
+def test_installed_versions_read_like_importlib_metadata():
+    """What the Keras decision reads from the dist-info names, without importing importlib.metadata."""
+    import importlib.metadata as metadata
+
+    from entrypoint.plan import installed_versions
+
+    found = installed_versions()
+    for package, dists in (("tensorflow", ("tensorflow", "tensorflow-cpu")), ("keras", ("keras",)),
+                           ("tf_keras", ("tf-keras",))):
+        versions = []
+        for dist in dists:
+            try:
+                versions.append(metadata.version(dist))
+            except metadata.PackageNotFoundError:
+                pass
+        assert found.get(package) == (versions[0] if versions else None), package
+
+
+def test_installed_versions_first_on_the_path_wins(tmp_path):
+    from entrypoint.plan import installed_versions
+
+    first, second = tmp_path / "a", tmp_path / "b"
+    for folder, names in ((first, ["Keras-3.3.2.dist-info", "tf_keras-2.17.0-py3.11.egg-info"]),
+                          (second, ["keras-3.15.1.dist-info", "tensorflow_cpu-2.17.1.dist-info", "kerastuner.py"])):
+        folder.mkdir()
+        for name in names:
+            (folder / name).mkdir()
+    assert installed_versions([str(first), str(tmp_path / "missing"), str(second)]) == {
+        "keras": "3.3.2", "tf_keras": "2.17.0", "tensorflow": "2.17.1"}
