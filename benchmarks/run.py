@@ -122,61 +122,87 @@ def _last_error(output: str) -> str:
     return (errors or output.splitlines() or ["?"])[-1][:300]
 
 
-NEWEST = ROOT / os.environ.get("NEWEST_VENV", ".venv-tf221") / "bin"
+ACCOUNT = str(ROOT / "benchmarks" / "account.py")
+BY_HAND_MWM = str(ROOT / "benchmarks" / "by_hand_mwm.py")
+
+
+def side_by_side(first: tuple[list[str], dict], second: tuple[list[str], dict]) -> tuple[dict, dict]:
+    """Run two commands at once, each confined to one core (benchmarks/account.py), twice: then on each other's
+    core. Both live through the same seconds of the machine (a VM's neighbours and clock move both alike, which
+    alternating runs cannot give: a pure-Python loop run alone varies by 6-10% from run to run here, two at once
+    on the two cores by 2%), and a difference between the cores cancels out. Returns each command's BENCH line
+    from the first pass, with `cpu_s`: the CPU seconds of all its processes, the mean of the two passes."""
+    results: list[list[dict]] = [[], []]
+    for cores in ((0, 1), (1, 0)) if (os.cpu_count() or 1) > 1 else ((0, 0),):
+        with tempfile.TemporaryFile(mode="w+") as out_first, tempfile.TemporaryFile(mode="w+") as out_second:
+            outputs = (out_first, out_second)
+            procs = [subprocess.Popen([sys.executable, ACCOUNT, str(core), *cmd], env={**env(), **extra}, cwd=ROOT,
+                                      text=True, stdout=output, stderr=subprocess.STDOUT)
+                     for (cmd, extra), core, output in zip((first, second), cores, outputs)]
+            for proc, output, result, (cmd, _) in zip(procs, outputs, results, (first, second)):
+                proc.wait(timeout=1800)
+                output.seek(0)
+                lines = output.read().splitlines()
+                bench = [line.split("BENCH ", 1)[1] for line in lines if "BENCH " in line]
+                account = json.loads(lines[-1].split("ACCOUNT ", 1)[1]) if lines and "ACCOUNT " in lines[-1] else {}
+                if not bench or account.get("returncode"):
+                    raise RuntimeError(f"{' '.join(cmd)} printed no BENCH line (exit {account.get('returncode')}):\n"
+                                       + "\n".join(lines[-40:]))
+                result.append({**json.loads(bench[0]), "cpu_s": account["cpu_s"]})
+    return tuple({**passes[0], "cpu_s": statistics.mean(p["cpu_s"] for p in passes)} for passes in results)
 
 
 def overhead(reps: int, smoke: bool) -> dict:
-    """Each mode through distrain against the same work hand-written, alternating. Each variant runs twice per
-    repetition, at two lengths: the CPU difference over the extra steps is the CPU per step, where a run's fixed
-    costs (start-up, the checkpoint at the epoch end) cancel out; the whole short run gives the CPU per run."""
-    lengths = (8, 40) if smoke else (150, 450)
+    """Each mode through distrain against the same work hand-written, side by side (`side_by_side`). Each pair
+    runs at two lengths: the whole longer run gives the CPU per run (start-up and the checkpoint at the epoch
+    end included), and the CPU difference over the extra steps the CPU per step, where a run's fixed costs
+    cancel out; what is left is distrain's extra CPU per run, in seconds."""
+    lengths = (8, 24) if smoke else (300, 1200)
     work = ["--warmup", "3" if smoke else "20", "--pin"]
-    horovodrun = ["horovodrun", "-np", "2", "--gloo"]
     state = tempfile.mkdtemp(prefix="distrain-bench-")
     default = {"DISTRAIN_CHECKPOINT": "1", "DISTRAIN_OUTPUT_DIR": state}  # what a user gets: checkpoints on
-    pairs = {}
+    python = [sys.executable, WORKLOAD]
+    pairs: dict[str, tuple] = {}
     for family in FAMILIES:
         ours, hand = {"DISTRAIN_KERAS": family, **PINNED, **default}, ["--keras", family]
-        pairs[f"single ({family})"] = (
-            lambda steps, ours=ours: bench_line([DISTRAIN, "run", WORKLOAD, *work, *steps], extra_env=ours),
-            lambda steps, hand=hand: bench_line([sys.executable, WORKLOAD, "--handmade", "single", *hand, *work,
-                                                 *steps], extra_env=PINNED))
-        pairs[f"mwm x2 ({family})"] = (
-            lambda steps, ours=ours: bench_line([DISTRAIN, "launch", "-n", "2", WORKLOAD, *work, *steps],
-                                                extra_env=ours),
-            lambda steps, hand=hand: handmade_mwm([*hand, *work, *steps], PINNED))
+        pairs[f"single ({family})"] = (([DISTRAIN, "run", WORKLOAD, *work], ours),
+                                       ([*python, "--handmade", "single", *hand, *work], PINNED))
+        # Keras 3's MWM fit fails by hand without the upstream fixes distrain applies (tensorflow#72388): the
+        # hand-written baseline applies them itself (--upstream-fixes), nothing else
+        fixes = ["--upstream-fixes"] if family == "keras3" else []
+        pairs[f"mwm x2 ({family})"] = (([DISTRAIN, "launch", "-n", "2", WORKLOAD, *work], ours),
+                                       ([sys.executable, BY_HAND_MWM, *python, "--handmade", "mwm", *hand, *fixes,
+                                         *work], PINNED))
     # Horovod's Keras API drives tf_keras only (horovod#4290): there is no hand-written Keras 3 Horovod script
-    pairs["horovod x2 (legacy)"] = (
-        lambda steps: bench_line([*horovodrun, DISTRAIN, "run", WORKLOAD, *work, *steps],
-                                 extra_env={"DISTRAIN_KERAS": "legacy", **PINNED, **default}),
-        lambda steps: bench_line([*horovodrun, sys.executable, WORKLOAD, "--handmade", "horovod", "--keras",
-                                  "legacy", *work, *steps], extra_env=PINNED))
-    if (NEWEST / "distrain").exists():  # Keras 3.3's MWM fails by hand (tensorflow#72388); Keras 3.15's runs
-        newest = {"DISTRAIN_KERAS": "keras3", **PINNED, **default, "PATH": f"{NEWEST}:{os.environ['PATH']}"}
-        pairs["mwm x2 (keras3, TF 2.21)"] = (
-            lambda steps: bench_line([str(NEWEST / "distrain"), "launch", "-n", "2", WORKLOAD, *work, *steps],
-                                     extra_env=newest),
-            lambda steps: handmade_mwm(["--keras", "keras3", *work, *steps], PINNED, python=str(NEWEST / "python")))
+    horovodrun = ["horovodrun", "-np", "2", "--gloo"]
+    pairs["horovod x2 (legacy)"] = (([*horovodrun, DISTRAIN, "run", WORKLOAD, *work],
+                                     {"DISTRAIN_KERAS": "legacy", **PINNED, **default}),
+                                    ([*horovodrun, *python, "--handmade", "horovod", "--keras", "legacy", *work],
+                                     PINNED))
     rows = {}
     short, long = (["--steps", str(n)] for n in lengths)
-    for mode, (with_distrain, by_hand) in pairs.items():
+    for mode, ((ours_cmd, ours_env), (hand_cmd, hand_env)) in pairs.items():
+        runs: dict[str, list] = {"distrain": [], "hand-written": []}
         try:
-            samples = alternate({"distrain": lambda f=with_distrain: (f(short)[0], f(long)[0]),
-                                 "hand-written": lambda f=by_hand: (f(short)[0], f(long)[0])}, reps)
-        except RuntimeError as exc:  # Keras 3.3's MWM fails by hand (tensorflow#72388), distrain fixes it
+            for _ in range(reps):
+                pair = [side_by_side(([*ours_cmd, *steps], ours_env), ([*hand_cmd, *steps], hand_env))
+                        for steps in (short, long)]
+                runs["distrain"].append((pair[0][0], pair[1][0]))
+                runs["hand-written"].append((pair[0][1], pair[1][1]))
+        except RuntimeError as exc:
             rows[mode] = {"skipped": f"a variant failed: {_last_error(str(exc))}"}
             continue
-        ours = [long_run["images_per_sec"] for _, long_run in samples["distrain"]]
-        theirs = [long_run["images_per_sec"] for _, long_run in samples["hand-written"]]
+        ours = [long_run["images_per_sec"] for _, long_run in runs["distrain"]]
+        theirs = [long_run["images_per_sec"] for _, long_run in runs["hand-written"]]
         extra = lengths[1] - lengths[0]
-        per_run = {side: [a["cpu_s"] for a, _ in runs] for side, runs in samples.items()}
-        per_step = {side: [(b["cpu_s"] - a["cpu_s"]) / extra for a, b in runs] for side, runs in samples.items()}
+        per_run = {side: [b["cpu_s"] for _, b in pairs_] for side, pairs_ in runs.items()}
+        per_step = {side: [(b["cpu_s"] - a["cpu_s"]) / extra for a, b in pairs_] for side, pairs_ in runs.items()}
         # the same samples trained on both sides: CPU per sample compares as CPU per run (or per step)
         cpu = spread(per_run["hand-written"], per_run["distrain"])
         step = spread(per_step["hand-written"], per_step["distrain"])
-        fixed = [(d - lengths[0] * ds) - (h - lengths[0] * hs) for d, ds, h, hs in
+        fixed = [(d - lengths[1] * ds) - (h - lengths[1] * hs) for d, ds, h, hs in
                  zip(per_run["distrain"], per_step["distrain"], per_run["hand-written"], per_step["hand-written"])]
-        rows[mode] = {"distrain_images_per_sec": statistics.median(ours),
+        rows[mode] = {"steps": lengths[1], "distrain_images_per_sec": statistics.median(ours),
                       "handwritten_images_per_sec": statistics.median(theirs), **spread(ours, theirs),
                       "distrain_cpu_s": statistics.median(per_run["distrain"]),
                       "handwritten_cpu_s": statistics.median(per_run["hand-written"]),

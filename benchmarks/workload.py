@@ -24,6 +24,15 @@ import time
 SCRIPT_START = time.time()
 
 
+def cpu_now() -> float:
+    """CPU seconds of this process so far (every thread, user + system)."""
+    times = os.times()
+    return times.user + times.system
+
+
+SCRIPT_START_CPU = cpu_now()
+
+
 def process_start() -> float:
     """This process's start, wall time, from the kernel (/proc/self/stat field 22, in clock ticks after boot)."""
     with open("/proc/self/stat") as stat:
@@ -48,6 +57,8 @@ parser.add_argument("--batch", type=int, default=64, help="global batch")
 parser.add_argument("--epochs", type=int, default=0, help="measure epoch time over this many epochs")
 parser.add_argument("--samples", type=int, default=4096, help="samples per epoch with --epochs")
 parser.add_argument("--pin", action="store_true")
+parser.add_argument("--upstream-fixes", action="store_true",
+                    help="hand-written Keras 3 MWM: apply by hand the upstream fixes distrain applies (keras3_mwm)")
 args = parser.parse_args()
 
 
@@ -67,13 +78,18 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 if args.pin:  # after the import, as under distrain; threads made later inherit the mask from their creator
-    core = local_rank() % os.cpu_count()
+    allowed = sorted(os.sched_getaffinity(0))  # the cores this run was given (benchmarks/account.py)
+    core = allowed[local_rank() % len(allowed)]
     for task in os.listdir("/proc/self/task"):
         os.sched_setaffinity(int(task), {core})
 hvd = None
 strategy = tf.distribute.get_strategy()
 rank, size = 0, 1
 if args.handmade == "mwm":
+    if args.upstream_fixes:  # Keras 3's MWM fit fails without them (tensorflow#72388, keras-team/keras#20585)
+        from entrypoint.compat import keras3_mwm
+
+        keras3_mwm.apply(tf)
     for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
         os.environ.pop(name, None)
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
@@ -101,12 +117,15 @@ with strategy.scope():
     model.compile(optimizer=optimizer, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
 stamps: list[float] = []
+cpu_marks: dict[str, float] = {}
 epochs: list[float] = []
 
 
 class Stamp(tf.keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         stamps.append(time.time())
+        if len(stamps) == 1:
+            cpu_marks["first_step"] = cpu_now()
 
     def on_epoch_begin(self, epoch, logs=None):
         self._began = time.perf_counter()
@@ -140,4 +159,6 @@ else:
     if rank == 0:
         print("BENCH " + json.dumps({"images_per_sec": args.batch / statistics.median(steps),
                                      "first_step": stamps[0], "process_start": process_start(),
-                                     "script_start": SCRIPT_START, **distrain_phases()}), flush=True)
+                                     "script_start": SCRIPT_START, **distrain_phases(),
+                                     "cpu_s_at": {"script_start": SCRIPT_START_CPU, **cpu_marks, "end": cpu_now()}}),
+          flush=True)

@@ -1,0 +1,44 @@
+"""Two MultiWorkerMirrored workers with a TF_CONFIG written by hand, the way the user guides start them.
+
+    python benchmarks/by_hand_mwm.py PYTHON SCRIPT ARGS...
+
+Prints worker 0's output, then the others'.
+"""
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for sock in sockets:
+        sock.bind(("localhost", 0))
+    ports = [sock.getsockname()[1] for sock in sockets]
+    for sock in sockets:
+        sock.close()
+    return ports
+
+
+def main() -> int:
+    workers = [f"localhost:{port}" for port in free_ports(2)]
+    with contextlib.ExitStack() as stack:
+        outputs = [stack.enter_context(tempfile.TemporaryFile()) for _ in workers]
+        procs = []
+        for index, output in enumerate(outputs):
+            config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
+            procs.append(subprocess.Popen(sys.argv[1:], stdout=output, stderr=subprocess.STDOUT,
+                                          env={**os.environ, "TF_CONFIG": config}))
+        codes = [proc.wait() for proc in procs]
+        for output in outputs:
+            output.seek(0)
+            sys.stdout.buffer.write(output.read())
+    return max(codes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
