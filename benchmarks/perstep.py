@@ -1,37 +1,45 @@
-"""distrain's own per-step work, timed directly (run under `distrain run`, so the Plan and engine are real).
+"""distrain's own per-step work, timed directly.
 
-- callbacks: the stall watchdog's and the stop check's `on_train_batch_begin/end`, called as fit calls them, with
-  the watchdog thread running, in microseconds per step;
-- input: distrain's rewrites as tf.data pipelines alone, iterated at a high batch rate against plain tf.data on the
-  same arrays (time of plain / time of the rewrite: >= 1 is as fast): exact resume's positioned numpy pipeline
-  against the pipeline Keras 3 itself builds from numpy arrays (what `fit` trains on without distrain) and
-  against `from_tensor_slices().shuffle().batch()`, the even last batch (MWM: where the last batch splits as it
-  is, and where a last batch of one sample is topped up) and Horovod's rank slices on top of the plain pipeline
-  against it alone.
+    distrain run benchmarks/perstep.py callbacks [--reps N] [--smoke]
+    python benchmarks/perstep.py input NAME baseline|rewrite [--reps N] [--smoke]
+
+- callbacks (under `distrain run`, so the Plan and engine are real): the stall watchdog's and the stop check's
+  `on_train_batch_begin/end`, called as fit calls them, with the watchdog thread running, in microseconds per
+  step;
+- input: one of distrain's rewrites as a tf.data pipeline alone, or what the script would get without it (its
+  baseline), iterated at a high batch rate: the median epoch time. benchmarks/run.py runs the two sides at once,
+  each on its own core. The pipelines: exact resume's positioned numpy pipeline against the pipeline Keras 3
+  itself builds from numpy arrays (what `fit` trains on without distrain) and against
+  `from_tensor_slices().shuffle().batch()`; the even last batch (MWM: where the last batch splits as it is, and
+  where a last batch of one sample is topped up) and Horovod's rank slices on top of the plain pipeline, against
+  it alone.
 
 Prints `BENCH {...}` for benchmarks/run.py perstep.
 """
 
 import argparse
 import json
+import os
 import statistics
 import time
 
-import numpy as np
-import tensorflow as tf
-
-from entrypoint import batches, stalls, stopping
-from entrypoint.runtime import STATE
-
 parser = argparse.ArgumentParser()
+parser.add_argument("part", choices=["callbacks", "input"])
+parser.add_argument("name", nargs="?")
+parser.add_argument("side", nargs="?", choices=["baseline", "rewrite"])
 parser.add_argument("--reps", type=int, default=5)
 parser.add_argument("--smoke", action="store_true")
 args = parser.parse_args()
-plan, engine, keras = STATE.plan, STATE.engine, STATE.keras
-calls = 2_000 if args.smoke else 100_000
+if args.part == "input":
+    os.environ["TF_USE_LEGACY_KERAS"] = "0"  # Keras 3's own numpy pipeline is a baseline
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from entrypoint import batches  # noqa: E402
 
 
-def callback_cost(callback) -> float:
+def callback_cost(callback, calls: int) -> float:
     """Microseconds per step of a callback's per-step hooks (the median of the repetitions)."""
     callback.on_train_begin()
     callback.on_epoch_begin(0)
@@ -47,35 +55,45 @@ def callback_cost(callback) -> float:
     return statistics.median(per_rep)
 
 
-callbacks = {"stall watchdog": callback_cost(stalls.make_callback(plan, keras)),
-             "stop check": callback_cost(stopping.make_callback(plan, keras, tf, engine, None))}
+def callbacks() -> dict:
+    from entrypoint import stalls, stopping
+    from entrypoint.runtime import STATE
 
-samples, batch = (8_192, 64) if args.smoke else (262_144, 64)  # 4,096 batches: about 0.6 s an epoch
+    plan, engine, keras = STATE.plan, STATE.engine, STATE.keras
+    calls = 2_000 if args.smoke else 100_000
+    return {"callbacks_us_per_step": {
+        "stall watchdog": callback_cost(stalls.make_callback(plan, keras), calls),
+        "stop check": callback_cost(stopping.make_callback(plan, keras, tf, engine, None), calls)}}
+
+
+SAMPLES, BATCH = (8_192, 64) if args.smoke else (262_144, 64)  # 4,096 batches: about 0.6 s an epoch
 rng = np.random.default_rng(0)
-x, y = rng.random((samples, 16), dtype=np.float32), rng.integers(0, 10, samples)
+x, y = rng.random((SAMPLES, 16), dtype=np.float32), rng.integers(0, 10, SAMPLES)
 
 
-def plain(count: int = samples):
-    return tf.data.Dataset.from_tensor_slices((x[:count], y[:count])).shuffle(count, seed=1).batch(batch).prefetch(
+def plain(count: int = SAMPLES):
+    return tf.data.Dataset.from_tensor_slices((x[:count], y[:count])).shuffle(count, seed=1).batch(BATCH).prefetch(
         tf.data.AUTOTUNE)
 
 
 def short_last():
-    return plain(samples - batch + 1)  # a last batch of one sample: on 2 replicas it must be topped up
+    return plain(SAMPLES - BATCH + 1)  # a last batch of one sample: on 2 replicas it must be topped up
 
 
 def keras_numpy():
     """What `fit(x, y, batch_size=64, shuffle=True)` trains on without distrain (Keras 3's own numpy pipeline)."""
     from keras.src.trainers.data_adapters.array_data_adapter import ArrayDataAdapter
 
-    return ArrayDataAdapter(x, y, batch_size=batch, shuffle=True).get_tf_dataset()
+    return ArrayDataAdapter(x, y, batch_size=BATCH, shuffle=True).get_tf_dataset()
 
 
-pipelines = {
-    "positioned numpy (exact resume) vs Keras' own": (keras_numpy, lambda: batches.positioned_array_dataset(
-        (x, y), batch, True, first_epoch=0, epochs=1, skip=0)),
-    "positioned numpy (exact resume) vs from_tensor_slices": (plain, lambda: batches.positioned_array_dataset(
-        (x, y), batch, True, first_epoch=0, epochs=1, skip=0)),
+def positioned():
+    return batches.positioned_array_dataset((x, y), BATCH, True, first_epoch=0, epochs=1, skip=0)
+
+
+PIPELINES = {
+    "positioned numpy (exact resume) vs Keras' own": (keras_numpy, positioned),
+    "positioned numpy (exact resume) vs from_tensor_slices": (plain, positioned),
     "even last batch (MWM), last batch splits": (plain, lambda: batches.even_out_last_batch(plain(), 2)),
     "even last batch (MWM), last batch of 1 topped up": (short_last,
                                                          lambda: batches.even_out_last_batch(short_last(), 2)),
@@ -83,22 +101,20 @@ pipelines = {
 }
 
 
-def epoch_time(make) -> float:
-    dataset = make()
+def epoch_time(dataset) -> float:
     start = time.perf_counter()
     for _ in dataset:
         pass
     return time.perf_counter() - start
 
 
-inputs = {}
-for name, (baseline, rewrite) in pipelines.items():
-    epoch_time(baseline), epoch_time(rewrite)  # warm-up: graph building, first allocations
-    theirs, ours = [], []
-    for _ in range(args.reps):
-        theirs.append(epoch_time(baseline))
-        ours.append(epoch_time(rewrite))
-    per_rep = [a / b for a, b in zip(theirs, ours)]
-    inputs[name] = {"ratio": statistics.median(theirs) / statistics.median(ours), "ratio_min": min(per_rep),
-                    "ratio_max": max(per_rep), "batches_per_s": samples / batch / statistics.median(ours)}
-print("BENCH " + json.dumps({"callbacks_us_per_step": callbacks, "input": inputs}), flush=True)
+def input_rate() -> dict:
+    baseline, rewrite = PIPELINES[args.name]
+    make = baseline if args.side == "baseline" else rewrite
+    epoch_time(make())  # warm-up: graph building, first allocations
+    epoch_s = statistics.median(epoch_time(make()) for _ in range(args.reps))
+    return {"epoch_s": epoch_s, "batches_per_s": SAMPLES / BATCH / epoch_s}
+
+
+if __name__ == "__main__":
+    print("BENCH " + json.dumps(callbacks() if args.part == "callbacks" else input_rate()), flush=True)

@@ -5,21 +5,21 @@
     .venv/bin/python benchmarks/run.py all --smoke --out /tmp/bench   (CI: tiny sizes, checks it all runs)
 
 overhead   distrain run/launch (checkpoints on, as by default) vs the same work hand-written for the mode (single,
-           MWM x2, Horovod x2), for each Keras family, with oneDNN as TensorFlow ships it: throughput, and the CPU
-           seconds of every process of the run from the kernel's accounting (what steal time cannot distort), per
-           run and per step (two run lengths: the difference is per step, the fixed costs left per run);
-           Keras 3 MWM on TensorFlow 2.21 (.venv-tf221), where the hand-written baseline runs
+           MWM x2, Horovod x2), for each Keras family (Keras 3 MWM by hand: with the upstream fixes applied by hand),
+           oneDNN as TensorFlow ships it, side by side: throughput, and the CPU seconds of every process of the run
+           from the kernel's accounting, per run and per step (two run lengths: the difference is per step, the
+           fixed costs left per run)
 perstep    distrain's own per-step work timed directly: its callbacks (stall watchdog, stop check) per step, and
-           its input rewrites as pipelines alone against plain tf.data at a high batch rate
+           its input rewrites as pipelines alone against plain tf.data at a high batch rate, side by side
 startup    time to the first training step: distrain run vs python; and per phase (process and plan, TensorFlow's
            import, strategy and rendezvous, the script to its first step) for 1, 2, 4 and 8 local workers
 scaling    epoch time with 2 workers against 1 on the same numpy data (each worker one core, one intra-op thread):
            MWM and zero-code Horovod through distrain, and Horovod hand-written with sharding as its examples do
-startup    time to the first training step: distrain run vs python
 container  apptainer run (the image) vs the same work in the host venv, where an image exists
 comm       all-reduce time against tensor size: MWM ring vs Horovod Gloo vs Horovod MPI, 2 local workers
-Variants alternate within each repetition, so drift on the machine hits both sides alike; every ratio comes with
-its spread, the lowest and highest of the per-repetition ratios. Worker threads are pinned, one core per worker.
+Side by side (overhead, perstep): the two variants run at the same time, each with all its processes on one core,
+then swapped (side_by_side). Elsewhere the variants alternate within each repetition. Every ratio comes with its
+spread, the lowest and highest of the per-repetition ratios.
 """
 
 from __future__ import annotations
@@ -126,14 +126,17 @@ ACCOUNT = str(ROOT / "benchmarks" / "account.py")
 BY_HAND_MWM = str(ROOT / "benchmarks" / "by_hand_mwm.py")
 
 
-def side_by_side(first: tuple[list[str], dict], second: tuple[list[str], dict]) -> tuple[dict, dict]:
+def side_by_side(first: tuple[list[str], dict], second: tuple[list[str], dict],
+                 swap: bool = True) -> tuple[list[dict], list[dict]]:
     """Run two commands at once, each confined to one core (benchmarks/account.py), twice: then on each other's
-    core. Both live through the same seconds of the machine (a VM's neighbours and clock move both alike, which
-    alternating runs cannot give: a pure-Python loop run alone varies by 6-10% from run to run here, two at once
-    on the two cores by 2%), and a difference between the cores cancels out. Returns each command's BENCH line
-    from the first pass, with `cpu_s`: the CPU seconds of all its processes, the mean of the two passes."""
+    core (`swap=False`, for smoke runs: once). Both live through the same seconds of the machine (a VM's
+    neighbours and clock move both alike, which alternating runs cannot give: a pure-Python loop run alone varies
+    by 6-10% from run to run here, two at once on the two cores by 2%), and a difference between the cores
+    cancels out. Returns each command's BENCH lines, one per pass, each with `cpu_s`: the CPU seconds of all its
+    processes."""
     results: list[list[dict]] = [[], []]
-    for cores in ((0, 1), (1, 0)) if (os.cpu_count() or 1) > 1 else ((0, 0),):
+    orders = ((0, 1), (1, 0)) if (os.cpu_count() or 1) > 1 else ((0, 0), (0, 0))
+    for cores in orders if swap else orders[:1]:
         with tempfile.TemporaryFile(mode="w+") as out_first, tempfile.TemporaryFile(mode="w+") as out_second:
             outputs = (out_first, out_second)
             procs = [subprocess.Popen([sys.executable, ACCOUNT, str(core), *cmd], env={**env(), **extra}, cwd=ROOT,
@@ -149,7 +152,11 @@ def side_by_side(first: tuple[list[str], dict], second: tuple[list[str], dict]) 
                     raise RuntimeError(f"{' '.join(cmd)} printed no BENCH line (exit {account.get('returncode')}):\n"
                                        + "\n".join(lines[-40:]))
                 result.append({**json.loads(bench[0]), "cpu_s": account["cpu_s"]})
-    return tuple({**passes[0], "cpu_s": statistics.mean(p["cpu_s"] for p in passes)} for passes in results)
+    return results[0], results[1]
+
+
+def mean_of_passes(passes: list[dict], *keys: str) -> dict:
+    return {key: statistics.mean(p[key] for p in passes) for key in keys}
 
 
 def overhead(reps: int, smoke: bool) -> dict:
@@ -185,7 +192,9 @@ def overhead(reps: int, smoke: bool) -> dict:
         runs: dict[str, list] = {"distrain": [], "hand-written": []}
         try:
             for _ in range(reps):
-                pair = [side_by_side(([*ours_cmd, *steps], ours_env), ([*hand_cmd, *steps], hand_env))
+                pair = [[mean_of_passes(passes, "cpu_s", "images_per_sec") for passes in
+                         side_by_side(([*ours_cmd, *steps], ours_env), ([*hand_cmd, *steps], hand_env),
+                                      swap=not smoke)]
                         for steps in (short, long)]
                 runs["distrain"].append((pair[0][0], pair[1][0]))
                 runs["hand-written"].append((pair[0][1], pair[1][1]))
@@ -296,18 +305,36 @@ def startup_by_workers(reps: int, smoke: bool) -> dict:
     return {"phases_s_by_workers": table, "seconds_per_added_worker": slope}
 
 
+INPUT_PIPELINES = ("positioned numpy (exact resume) vs Keras' own",
+                   "positioned numpy (exact resume) vs from_tensor_slices", "even last batch (MWM), last batch splits",
+                   "even last batch (MWM), last batch of 1 topped up", "rank slices (Horovod)")
+
+
 def perstep(reps: int, smoke: bool) -> dict:
     """distrain's per-step work alone: its callbacks' cost per step against the workload's median step, and its
-    input rewrites against plain tf.data (ratio >= 1: as fast)."""
+    input rewrites against plain tf.data, side by side (ratio >= 1: as fast)."""
     script = str(ROOT / "benchmarks" / "perstep.py")
-    data, _ = bench_line([DISTRAIN, "run", script, "--reps", str(reps), *(["--smoke"] if smoke else [])],
-                         extra_env={"DISTRAIN_KERAS": "keras3", **PINNED})
+    options = ["--reps", "2" if smoke else "5", *(["--smoke"] if smoke else [])]
+    data, _ = bench_line([DISTRAIN, "run", script, "callbacks", *options], extra_env={"DISTRAIN_KERAS": "keras3",
+                                                                                      **PINNED})
     step, _ = bench_line([DISTRAIN, "run", WORKLOAD, "--steps", "8" if smoke else "100", "--warmup", "3", "--pin"],
                          extra_env={"DISTRAIN_KERAS": "keras3", **PINNED})
     step_s = 64 / step["images_per_sec"]
     callbacks = {name: {"us_per_step": us, "share_of_step": us * 1e-6 / step_s}
                  for name, us in data["callbacks_us_per_step"].items()}
-    return {"workload_step_ms": 1000 * step_s, "callbacks": callbacks, "input": data["input"]}
+    inputs = {}
+    for name in INPUT_PIPELINES:
+        theirs, ours, rates = [], [], []
+        for _ in range(reps):
+            baseline, rewrite = side_by_side(([sys.executable, script, "input", name, "baseline", *options], PINNED),
+                                             ([sys.executable, script, "input", name, "rewrite", *options], PINNED),
+                                             swap=not smoke)
+            theirs.append(mean_of_passes(baseline, "epoch_s")["epoch_s"])
+            ours.append(mean_of_passes(rewrite, "epoch_s")["epoch_s"])
+            rates.append(mean_of_passes(rewrite, "batches_per_s")["batches_per_s"])
+        # epoch time of the baseline over the rewrite's: >= 1 is as fast
+        inputs[name] = {**spread(theirs, ours), "batches_per_s": statistics.median(rates)}
+    return {"workload_step_ms": 1000 * step_s, "callbacks": callbacks, "input": inputs}
 
 
 def container(reps: int, smoke: bool, sif: str | None) -> dict:
