@@ -169,10 +169,16 @@ def positioned_array_dataset(arrays: tuple, batch_size: int, shuffle: bool, *, f
 
     # the length stays unknown: Keras 3.15 counts the steps resume.py passes over against a known one. The batches
     # passed over are index vectors, never gathered; the gather runs on the flattened stream, as Keras' does.
-    indices = tf.data.Dataset.range(first_epoch, epochs).flat_map(epoch_indices).skip(skip)
+    indices = tf.data.Dataset.range(first_epoch, epochs).flat_map(epoch_indices)
+    if skip:
+        indices = indices.skip(skip)
     batches = indices.map(lambda batch: tf.nest.map_structure(lambda t: tf.gather(t, batch), element),
                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return batches.prefetch(tf.data.AUTOTUNE)
+    # as Keras' own numpy pipeline: TensorFlow's default rewrites of the graph would serialise it, with the arrays
+    # it holds, each time an iterator is made, and find nothing to improve in it
+    options = tf.data.Options()
+    options.experimental_optimization.apply_default_optimizations = False
+    return batches.prefetch(tf.data.AUTOTUNE).with_options(options)
 
 
 def _batch_length(element: Any) -> Any:
