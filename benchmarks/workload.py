@@ -34,12 +34,13 @@ SCRIPT_START_CPU = cpu_now()
 
 
 def process_start() -> float:
-    """This process's start, wall time, from the kernel (/proc/self/stat field 22, in clock ticks after boot)."""
+    """This process's start, wall time: its age from the kernel (/proc/self/stat field 22, clock ticks after
+    boot, against /proc/uptime) taken from now. Not /proc/stat's btime, which is whole seconds: up to 1 s off."""
     with open("/proc/self/stat") as stat:
         ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
-    with open("/proc/stat") as stat:
-        boot = next(int(line.split()[1]) for line in stat if line.startswith("btime"))
-    return boot + ticks / os.sysconf("SC_CLK_TCK")
+    with open("/proc/uptime") as uptime:
+        age = float(uptime.read().split()[0]) - ticks / os.sysconf("SC_CLK_TCK")
+    return time.time() - age
 
 
 def distrain_phases() -> dict:
