@@ -1,5 +1,6 @@
 """Mode detection, overrides and bad values: detect(env) as a pure function of a dict."""
 
+import contextlib
 import json
 
 import pytest
@@ -244,10 +245,8 @@ def test_installed_versions_read_like_importlib_metadata():
                            ("tf_keras", ("tf-keras",))):
         versions = []
         for dist in dists:
-            try:
+            with contextlib.suppress(metadata.PackageNotFoundError):
                 versions.append(metadata.version(dist))
-            except metadata.PackageNotFoundError:
-                pass
         assert found.get(package) == (versions[0] if versions else None), package
 
 
