@@ -8,20 +8,11 @@ Prints worker 0's output, then the others'.
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("localhost", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
+from entrypoint.launcher import free_ports  # a port-picking helper, not distribution code
 
 
 def main() -> int:
