@@ -99,9 +99,11 @@ def _positioned_dataset(dataset: Any, position: Position, epochs: int, rank: int
         per_epoch = batches.evened_for_replicas(dataset, replicas)
     for _ in range(position.epoch):
         iter(per_epoch)
-    # the length is left unknown (a filter that keeps everything): Keras 3.15 counts the steps passed over in the
-    # resumed epoch (_keras3_skipping) against a known one and would end the last epoch that many steps early
-    positioned = per_epoch.repeat(epochs - position.epoch).skip(position.step).filter(_keep)
+    positioned = per_epoch.repeat(epochs - position.epoch)
+    if position.step:  # no stage that does nothing in every fresh run: a stage costs CPU on every batch
+        # the length is left unknown (a filter that keeps everything): Keras 3.15 counts the steps passed over in
+        # the resumed epoch (_keras3_skipping) against a known one and would end the last epoch that many early
+        positioned = positioned.skip(position.step).filter(_keep)
     positioned._distrain_rank_share = getattr(per_epoch, "_distrain_rank_share", False)
     return positioned
 
