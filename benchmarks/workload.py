@@ -43,6 +43,24 @@ def process_start() -> float:
     return time.time() - age
 
 
+def cpu_by_thread() -> dict[str, float]:
+    """This process's CPU seconds (user + system, from the kernel) per thread name, digits dropped so a pool's
+    threads add up, with the process total under "*"."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    totals: dict[str, float] = {}
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/stat") as stat:
+                text = stat.read()
+        except OSError:
+            continue  # it ended meanwhile
+        name = "".join(c for c in text[text.index("(") + 1:text.rindex(")")] if not c.isdigit()) or "?"
+        name = "main thread" if task == str(os.getpid()) else name
+        user, system = (int(v) for v in text.rsplit(")", 1)[1].split()[11:13])
+        totals[name] = totals.get(name, 0.0) + (user + system) / ticks
+    return {"*": cpu_now(), **dict(sorted(totals.items(), key=lambda item: -item[1]))}
+
+
 def distrain_phases() -> dict:
     runtime = sys.modules.get("entrypoint.runtime")
     return {f"phase_{name}": at for name, at in runtime.STATE.phases.items()} if runtime else {}
@@ -58,6 +76,8 @@ parser.add_argument("--batch", type=int, default=64, help="global batch")
 parser.add_argument("--epochs", type=int, default=0, help="measure epoch time over this many epochs")
 parser.add_argument("--samples", type=int, default=4096, help="samples per epoch with --epochs")
 parser.add_argument("--pin", action="store_true")
+parser.add_argument("--cpu-by-thread", action="store_true",
+                    help="every rank prints `THREADS {...}`: its CPU seconds by thread name, to find where CPU goes")
 parser.add_argument("--upstream-fixes", action="store_true",
                     help="hand-written Keras 3 MWM: apply by hand the upstream fixes distrain applies (keras3_mwm)")
 args = parser.parse_args()
@@ -157,6 +177,9 @@ else:
     dataset = tf.data.Dataset.from_tensors((images, labels)).repeat(args.warmup + args.steps)
     model.fit(dataset, epochs=1, callbacks=callbacks, verbose=0)
     steps = [b - a for a, b in zip(stamps[args.warmup:], stamps[args.warmup + 1:])]
+    if args.cpu_by_thread:
+        print("THREADS " + json.dumps({"rank": rank, "script_start": SCRIPT_START_CPU, **cpu_marks,
+                                         **cpu_by_thread()}), flush=True)
     if rank == 0:
         print("BENCH " + json.dumps({"images_per_sec": args.batch / statistics.median(steps),
                                      "first_step": stamps[0], "process_start": process_start(),
