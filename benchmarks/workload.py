@@ -33,11 +33,17 @@ def cpu_now() -> float:
 SCRIPT_START_CPU = cpu_now()
 
 
+def stat_fields(path: str) -> list[str]:
+    """The fields of a /proc .../stat file after the command name (whose parentheses may hold spaces): index 0 is
+    the state, field 3 of proc(5)."""
+    with open(path) as stat:
+        return stat.read().rsplit(")", 1)[1].split()
+
+
 def process_start() -> float:
     """This process's start, wall time: its age from the kernel (/proc/self/stat field 22, clock ticks after
     boot, against /proc/uptime) taken from now. Not /proc/stat's btime, which is whole seconds: up to 1 s off."""
-    with open("/proc/self/stat") as stat:
-        ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+    ticks = int(stat_fields("/proc/self/stat")[19])
     with open("/proc/uptime") as uptime:
         age = float(uptime.read().split()[0]) - ticks / os.sysconf("SC_CLK_TCK")
     return time.time() - age
@@ -45,19 +51,18 @@ def process_start() -> float:
 
 def cpu_by_thread() -> dict[str, float]:
     """This process's CPU seconds (user + system, from the kernel) per thread name, digits dropped so a pool's
-    threads add up, with the process total under "*"."""
+    threads add up, the main thread apart ("main thread"), with the process total under "*"."""
     ticks = os.sysconf("SC_CLK_TCK")
     totals: dict[str, float] = {}
     for task in os.listdir("/proc/self/task"):
         try:
-            with open(f"/proc/self/task/{task}/stat") as stat:
-                text = stat.read()
+            fields = stat_fields(f"/proc/self/task/{task}/stat")
+            with open(f"/proc/self/task/{task}/comm") as comm:
+                name = "".join(c for c in comm.read().strip() if not c.isdigit()) or "?"
         except OSError:
             continue  # it ended meanwhile
-        name = "".join(c for c in text[text.index("(") + 1:text.rindex(")")] if not c.isdigit()) or "?"
         name = "main thread" if task == str(os.getpid()) else name
-        user, system = (int(v) for v in text.rsplit(")", 1)[1].split()[11:13])
-        totals[name] = totals.get(name, 0.0) + (user + system) / ticks
+        totals[name] = totals.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
     return {"*": cpu_now(), **dict(sorted(totals.items(), key=lambda item: -item[1]))}
 
 
