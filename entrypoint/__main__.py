@@ -1,5 +1,5 @@
-"""`python -m entrypoint ...` is the same as `distrain ...`."""
+"""`python -m entrypoint ...` is the same as `distrain ...` (how `launch` starts its workers)."""
 
-from .cli import main
+from .console import main
 
 main()

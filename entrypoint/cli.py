@@ -1,4 +1,4 @@
-"""The `distrain` command (typer). Thin: parse, call the module that does the work, print, exit.
+"""The `distrain` command (typer): help, plan, doctor, selftest, data, bench, image. Thin: parse, call, print, exit.
 
 Errors distrain detects print one line, `distrain: error: ...`, and exit with a code from `errors`; the user
 script's own traceback and exit code pass through unchanged.
@@ -6,18 +6,16 @@ script's own traceback and exit code pass through unchanged.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import platform
-import sys
-import traceback
 from typing import Optional
 
 import typer
 
 from . import __version__
-from .errors import EXIT_ENVIRONMENT, EXIT_PREEMPTED, EXIT_WORKER_FAILED, DistrainError
+from .console import fail, launch_command, reports_errors, run_script_command
+from .errors import EXIT_ENVIRONMENT, DistrainError
 from .plan import PROXY_VARS, Plan, detect
 
 HELP = """Run an unmodified Keras/TensorFlow train.py on one GPU, all GPUs of a node, or many nodes.
@@ -43,32 +41,6 @@ resumes) · 137 killed (start-up watchdog, or the system) · 130/143 `launch` ki
 
 app = typer.Typer(help=HELP, add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
                   rich_markup_mode=None)
-COMMANDS = ("run", "launch", "plan", "doctor", "selftest", "data", "bench", "image", "--help", "-h", "--version")
-
-
-def fail(message: str, code: int) -> None:
-    sys.stderr.write(f"distrain: error: {message}\n")
-    raise typer.Exit(code)
-
-
-def reports_errors(func):  # noqa: ANN001, ANN201
-    """Turn DistrainError into one line on stderr and its exit code."""
-
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):  # noqa: ANN202
-        try:
-            return func(*args, **kwargs)
-        except DistrainError as exc:
-            if exc.exit_code == EXIT_PREEMPTED:  # a clean, checkpointed stop is not an error
-                sys.stderr.write(f"distrain: {exc}\n")
-                sys.stdout.flush()
-                sys.stderr.flush()
-                # everything is saved; the interpreter's teardown can hang in MWM's collectives (seen on TF 2.21:
-                # both workers stopped, then neither exited), so leave now
-                os._exit(EXIT_PREEMPTED)
-            fail(str(exc), exc.exit_code)
-
-    return wrapper
 
 
 def _version(value: bool) -> None:
@@ -104,63 +76,7 @@ def run(ctx: typer.Context, script: str = SCRIPT_ARG) -> None:
     run_script_command(script, list(ctx.args))
 
 
-@reports_errors
-def run_script_command(script: str, args: list[str]) -> None:
-    """`distrain run SCRIPT ARGS...`: what every worker of every job runs (main() calls it without typer)."""
-    from . import log, runner, runtime
-
-    if script == "selftest-worker":  # what jobs/selftest.job starts per mode (selftest_train.py, in the package)
-        from .selftest import WORKER as script
-    path = runner.check_script(script)
-    plan = detect(os.environ, script=path, argv=args)
-    runtime.apply_checks(plan)
-    runtime.STATE.plan = plan
-    logger = log.configure(plan.prefix)
-    if plan.checkpoint_workdir:
-        from . import runs
-        from .checkpoint import check_writable
-        from .workdirs import prepare
-
-        what = "the checkpoint directory (DISTRAIN_CHECKPOINT_DIR)"
-        prepare(plan.checkpoint_workdir, what, warn=logger.warning)
-        check_writable(plan.checkpoint_dir, what)
-        identity = runs.RunIdentity(plan.run_name, plan.run_key, "")
-        first = runs.open_run(plan.checkpoint_dir, identity, plan.rank, [path, *args], plan.resume,
-                              plan.checkpoint_dir_named)
-        if plan.is_chief:
-            logger.info(first)
-    devices = f"GPU {','.join(plan.devices)}" if plan.devices else "CPU"
-    if plan.is_chief:
-        logger.info(f"{plan.mode} on {plan.size} worker(s); {dict(plan.reasons)['mode']}")
-        if os.environ.get("DISTRAIN_PRINT_PLAN") == "1":
-            for line in _table(plan.rows()).splitlines():
-                logger.info(f"plan | {line}")
-    logger.info(f"rank {plan.rank} of {plan.size} on {platform.node()}: local rank {plan.local_rank}, {devices}")
-    log.quiet_native_logs()
-    engine = runtime.setup(plan)
-    try:
-        runner.run_script(path, args, engine)
-    except SystemExit:
-        raise
-    except DistrainError:
-        raise
-    except BaseException as exc:  # the script's own error: its traceback, once, then Python's usual exit code 1
-        from .peers import lost_peer
-
-        lost = lost_peer(exc, plan, engine.peers)
-        if lost:  # not the script's fault: another worker died under it. Exit now: the collectives are broken
-            prefix = "" if os.environ.get("DISTRAIN_LAUNCHER") else f"{plan.prefix} "  # which survivor, in a job log
-            sys.stderr.write(f"{prefix}distrain: error: {lost}\n")  # and interpreter teardown can hang in them
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(EXIT_WORKER_FAILED)
-        traceback.print_exc()
-        sys.stderr.flush()
-        raise typer.Exit(1) from None
-
-
 @app.command(context_settings=PASS_THROUGH)
-@reports_errors
 def launch(
     ctx: typer.Context,
     script: str = SCRIPT_ARG,
@@ -173,21 +89,11 @@ def launch(
     worker (checkpoint, exit 75); workers still running DISTRAIN_KILL_WAIT seconds later (30) are killed, and a
     second Ctrl-C kills them at once.
     """
-    from . import launcher, runner
-
-    if script != "bench":
-        runner.check_script(script)
-    raise typer.Exit(launcher.launch(n, script, list(ctx.args), port=port))
-
-
-def _table(rows: list[tuple[str, str, str]]) -> str:
-    width = max(len(r[0]) for r in rows)
-    vwidth = min(max(len(r[1]) for r in rows), 48)
-    return "\n".join(f"{k:<{width}}  {v:<{vwidth}}  {why}".rstrip() for k, v, why in rows)
+    launch_command(n, script, list(ctx.args), port=port)
 
 
 def _print_plan(plan: Plan) -> None:
-    typer.echo(_table(plan.rows()))
+    typer.echo(plan.table())
     for warning in plan.warnings:
         typer.echo(f"warning: {warning}")
     resume = _resume_note(plan)
@@ -460,24 +366,3 @@ def image_pull(
 
     path = pull(uri, output, os.environ, allow_home=allow_home)
     typer.echo(f"distrain: pulled {path}")
-
-
-def main() -> None:
-    """Console entry: `distrain train.py ...` is `distrain run train.py ...` (what the image runs).
-
-    `distrain run SCRIPT ...` (every worker's start) is parsed here, not by typer: there is nothing to parse but
-    the script's name, and typer's parsing imports pydantic, 60-70 ms of CPU in every process of every job.
-    """
-    argv = sys.argv[1:]
-    if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
-        argv = ["run", *argv]
-    if len(argv) >= 2 and argv[0] == "run" and not argv[1].startswith("-"):
-        try:
-            run_script_command(argv[1], argv[2:])
-        except typer.Exit as exc:  # what typer would have done with it
-            sys.exit(exc.exit_code)
-        except KeyboardInterrupt:  # Ctrl-C before the stop handler is installed: as click reports it
-            sys.stderr.write("\nAborted!\n")
-            sys.exit(1)
-        return
-    app(args=argv, prog_name="distrain")

@@ -94,6 +94,13 @@ class Plan:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
+    def table(self) -> str:
+        """The rows as the aligned table `distrain plan` prints."""
+        rows = self.rows()
+        width = max(len(r[0]) for r in rows)
+        vwidth = min(max(len(r[1]) for r in rows), 48)
+        return "\n".join(f"{k:<{width}}  {v:<{vwidth}}  {why}".rstrip() for k, v, why in rows)
+
     def rows(self) -> list[tuple[str, str, str]]:
         """(field, value, why) rows for the table that `distrain plan` prints."""
         why = dict(self.reasons)

@@ -19,25 +19,10 @@ from typing import Any
 from . import batches, checkpoint, resume, stalls, stopping, sync
 from .compat import adopt
 from .engines import Engine
-from .errors import ConfigError
 from .log import configure as configure_log
 from .log import get as log
 
 _inside = threading.local()
-
-
-def check_script(script: str) -> str:
-    """Refuse a missing or non-Python script before anything slow happens."""
-    if not os.path.isfile(script):
-        raise ConfigError(
-            f"training script {script!r} not found (relative to {os.getcwd()}): check the path and bind mounts"
-        )
-    if not script.endswith(".py"):
-        with open(script, "rb") as handle:
-            head = handle.read(200)
-        if not head.startswith(b"#!") or b"python" not in head.split(b"\n", 1)[0]:
-            raise ConfigError(f"{script!r} is not a Python script (expected a .py file)")
-    return os.path.abspath(script)
 
 
 def _once(method):  # noqa: ANN001, ANN202

@@ -1,11 +1,14 @@
 """What a newcomer meets first: --help everywhere, and exit codes that agree in --help, the README and lib.sh."""
 
 import re
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
 
 from entrypoint.cli import app
+from entrypoint.console import parse_launch
 from helpers import ROOT, small_tmpfs
 from readme_blocks import block
 
@@ -58,3 +61,35 @@ def test_doctor_warns_when_shared_memory_is_too_small_for_several_gpus(tmp_path)
     line, warning = shared_memory(gpus=2, path=str(tmp_path / "absent"))
     assert warning and "unavailable" in warning
     assert shared_memory(gpus=1, path=str(tmp_path / "absent"))[1] is None
+
+
+ENTRY = """import sys
+from entrypoint.console import main
+try:
+    main()
+except SystemExit as e:
+    print(e.code, 'typer' in sys.modules)"""
+
+
+@pytest.mark.parametrize("argv", [["run", "missing.py"], ["missing.py"],
+                                  ["launch", "-n", "2", "--port=7000", "missing.py"]])
+def test_the_commands_every_job_runs_start_without_typer(tmp_path, argv):
+    """`run` (every worker) and `launch` are parsed without typer: it costs ~35 ms of CPU per process (#21)."""
+    out = subprocess.run([sys.executable, "-c", ENTRY, *argv], cwd=tmp_path, capture_output=True, text=True)
+    assert out.stdout.split() == ["2", "False"], out
+    assert out.stderr == f"distrain: error: training script 'missing.py' not found (relative to {tmp_path}): " \
+                         "check the path and bind mounts\n"
+
+
+def test_everything_else_still_goes_through_typer(tmp_path):
+    out = subprocess.run([sys.executable, "-c", ENTRY, "launch", "--help"], cwd=tmp_path, capture_output=True,
+                         text=True)
+    assert "Usage: distrain launch" in out.stdout and out.stdout.split()[-2:] == ["0", "True"], out
+
+
+def test_launch_options_are_parsed_as_typer_would_or_left_to_typer():
+    assert parse_launch(["-n", "3", "--port", "7000", "t.py", "--epochs", "2", "-n", "9"]) == (
+        {"workers": 3, "port": 7000}, "t.py", ["--epochs", "2", "-n", "9"])
+    assert parse_launch(["--workers=4", "bench", "--steps", "5"]) == ({"workers": 4}, "bench", ["--steps", "5"])
+    for typer_reports_it in (["--help"], ["-n", "x", "t.py"], ["-n", "2"], ["--port"], [], ["-n3", "t.py"]):
+        assert parse_launch(typer_reports_it) is None, typer_reports_it

@@ -1,0 +1,172 @@
+"""The `distrain` console entry, without typer: the two commands that run in every job are parsed here.
+
+`distrain run SCRIPT ...` (every worker) and `distrain launch -n N SCRIPT ...` (the local launcher) have nothing
+to parse but a script name and two numbers; typer and click cost about 35 ms of CPU to import and `entrypoint.cli`
+69 ms, in every process of every job (#21). Everything else (`--help`, `plan`, `doctor`, ...) goes to `cli`.
+
+Errors distrain detects print one line, `distrain: error: ...`, and exit with a code from `errors`; the user
+script's own traceback and exit code pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import sys
+import traceback
+from typing import Callable, NoReturn, Optional, TypeVar
+
+from .errors import EXIT_PREEMPTED, EXIT_WORKER_FAILED, ConfigError, DistrainError
+
+Func = TypeVar("Func", bound=Callable)
+COMMANDS = ("run", "launch", "plan", "doctor", "selftest", "data", "bench", "image", "--help", "-h", "--version")
+
+
+def fail(message: str, code: int) -> NoReturn:
+    sys.stderr.write(f"distrain: error: {message}\n")
+    raise SystemExit(code)
+
+
+def reports_errors(func: Func) -> Func:
+    """Turn DistrainError into one line on stderr and its exit code."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):  # noqa: ANN202
+        try:
+            return func(*args, **kwargs)
+        except DistrainError as exc:
+            if exc.exit_code == EXIT_PREEMPTED:  # a clean, checkpointed stop is not an error
+                sys.stderr.write(f"distrain: {exc}\n")
+                sys.stdout.flush()
+                sys.stderr.flush()
+                # everything is saved; the interpreter's teardown can hang in MWM's collectives (seen on TF 2.21:
+                # both workers stopped, then neither exited), so leave now
+                os._exit(EXIT_PREEMPTED)
+            fail(str(exc), exc.exit_code)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def check_script(script: str) -> str:
+    """Refuse a missing or non-Python script before anything slow happens."""
+    if not os.path.isfile(script):
+        raise ConfigError(
+            f"training script {script!r} not found (relative to {os.getcwd()}): check the path and bind mounts"
+        )
+    if not script.endswith(".py"):
+        with open(script, "rb") as handle:
+            head = handle.read(200)
+        if not head.startswith(b"#!") or b"python" not in head.split(b"\n", 1)[0]:
+            raise ConfigError(f"{script!r} is not a Python script (expected a .py file)")
+    return os.path.abspath(script)
+
+
+@reports_errors
+def run_script_command(script: str, args: list[str]) -> None:
+    """`distrain run SCRIPT ARGS...`: what every worker of every job runs."""
+    from . import log, runner, runtime
+    from .plan import detect
+
+    if script == "selftest-worker":  # what jobs/selftest.job starts per mode (selftest_train.py, in the package)
+        from .selftest import WORKER as script
+    path = check_script(script)
+    plan = detect(os.environ, script=path, argv=args)
+    runtime.apply_checks(plan)
+    runtime.STATE.plan = plan
+    logger = log.configure(plan.prefix)
+    if plan.checkpoint_workdir:
+        from . import runs
+        from .checkpoint import check_writable
+        from .workdirs import prepare
+
+        what = "the checkpoint directory (DISTRAIN_CHECKPOINT_DIR)"
+        prepare(plan.checkpoint_workdir, what, warn=logger.warning)
+        check_writable(plan.checkpoint_dir, what)
+        identity = runs.RunIdentity(plan.run_name, plan.run_key, "")
+        first = runs.open_run(plan.checkpoint_dir, identity, plan.rank, [path, *args], plan.resume,
+                              plan.checkpoint_dir_named)
+        if plan.is_chief:
+            logger.info(first)
+    devices = f"GPU {','.join(plan.devices)}" if plan.devices else "CPU"
+    if plan.is_chief:
+        logger.info(f"{plan.mode} on {plan.size} worker(s); {dict(plan.reasons)['mode']}")
+        if os.environ.get("DISTRAIN_PRINT_PLAN") == "1":
+            for line in plan.table().splitlines():
+                logger.info(f"plan | {line}")
+    logger.info(f"rank {plan.rank} of {plan.size} on {platform.node()}: local rank {plan.local_rank}, {devices}")
+    log.quiet_native_logs()
+    engine = runtime.setup(plan)
+    try:
+        runner.run_script(path, args, engine)
+    except SystemExit:
+        raise
+    except DistrainError:
+        raise
+    except BaseException as exc:  # the script's own error: its traceback, once, then Python's usual exit code 1
+        from .peers import lost_peer
+
+        lost = lost_peer(exc, plan, engine.peers)
+        if lost:  # not the script's fault: another worker died under it. Exit now: the collectives are broken
+            prefix = "" if os.environ.get("DISTRAIN_LAUNCHER") else f"{plan.prefix} "  # which survivor, in a job log
+            sys.stderr.write(f"{prefix}distrain: error: {lost}\n")  # and interpreter teardown can hang in them
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(EXIT_WORKER_FAILED)
+        traceback.print_exc()
+        sys.stderr.flush()
+        raise SystemExit(1) from None
+
+
+@reports_errors
+def launch_command(workers: int, script: str, args: list[str], port: Optional[int] = None) -> NoReturn:
+    """`distrain launch -n N SCRIPT ARGS...`: N local MWM workers (see `launcher`)."""
+    from . import launcher
+
+    if script != "bench":
+        check_script(script)
+    raise SystemExit(launcher.launch(workers, script, args, port=port))
+
+
+LAUNCH_OPTIONS = {"-n": "workers", "--workers": "workers", "--port": "port"}
+
+
+def parse_launch(argv: list[str]) -> Optional[tuple[dict[str, int], str, list[str]]]:
+    """`[-n N] [--port P] SCRIPT ARGS...` as (options, script, args); None for anything else (typer reports it)."""
+    options: dict[str, int] = {}
+    index = 0
+    while index < len(argv) and argv[index].startswith("-"):
+        name, _, value = argv[index].partition("=")
+        if name not in LAUNCH_OPTIONS:
+            return None
+        if not value:
+            index += 1
+            value = argv[index] if index < len(argv) else ""
+        if not value.isdigit():
+            return None
+        options[LAUNCH_OPTIONS[name]] = int(value)
+        index += 1
+    if index >= len(argv):
+        return None
+    return options, argv[index], argv[index + 1:]
+
+
+def main() -> None:
+    """Console entry: `distrain train.py ...` is `distrain run train.py ...` (what the image runs)."""
+    argv = sys.argv[1:]
+    if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
+        argv = ["run", *argv]
+    if len(argv) >= 2 and argv[0] == "run" and not argv[1].startswith("-"):
+        try:
+            run_script_command(argv[1], argv[2:])
+        except KeyboardInterrupt:  # Ctrl-C before the stop handler is installed: as click reports it
+            sys.stderr.write("\nAborted!\n")
+            sys.exit(1)
+        return
+    launch = parse_launch(argv[1:]) if argv[:1] == ["launch"] else None
+    if launch:
+        options, script, args = launch
+        launch_command(options.get("workers", 2), script, args, port=options.get("port"))
+    from .cli import app
+
+    app(args=argv, prog_name="distrain")
