@@ -208,8 +208,9 @@ def even_out_last_batch(dataset: Any, replicas: int) -> Any:
     def empty(spec: Any) -> Any:
         return tf.zeros([0] + [d if d is not None else 0 for d in spec.shape[1:]], spec.dtype)
 
-    # a batch is never empty, so an empty one marks the end, and an empty emission means "nothing yet": three
-    # stages per batch (concatenate, scan, filter), no tagging or unpacking maps
+    # a batch is never empty, so an empty one marks the end (and flushes the batch held back); the first
+    # emission is always the empty "nothing yet" and is skipped. Two stages per batch (concatenate, scan: one
+    # function call), no filter or cardinality assertion: skip(1) keeps the count known.
     end_marker = tf.nest.pack_sequence_as(dataset.element_spec, [empty(s) for s in specs])
 
     def step(held: Any, batch: Any) -> Any:
@@ -227,12 +228,7 @@ def even_out_last_batch(dataset: Any, replicas: int) -> Any:
 
         return tf.cond(top_up, rebalance, lambda: (batch, held))  # (held next, emitted now)
 
-    evened = dataset.concatenate(tf.data.Dataset.from_tensors(end_marker)).scan(end_marker, step).filter(
-        _is_a_batch)
-    cardinality = int(dataset.cardinality())
-    if cardinality >= 0:
-        evened = evened.apply(tf.data.experimental.assert_cardinality(cardinality))
-    return evened
+    return dataset.concatenate(tf.data.Dataset.from_tensors(end_marker)).scan(end_marker, step).skip(1)
 
 
 # Stages that pass each batch on as one element: what sits above the batch stage leaves the last batch's size
@@ -257,10 +253,6 @@ def last_batch_size(dataset: Any) -> int | None:
     if samples < 0 or size < 1:
         return None  # unknown or infinite length
     return size if drop or samples % size == 0 else samples % size
-
-
-def _is_a_batch(*element: Any) -> Any:  # named, not a lambda: autograph parses it
-    return _batch_length(element[0] if len(element) == 1 else element) > 0
 
 
 def rank_slices(dataset: Any, rank: int, size: int) -> Any:
