@@ -14,7 +14,7 @@ from typing import Optional
 import typer
 
 from . import __version__
-from .console import fail, launch_command, reports_errors, run_script_command
+from .console import DEFAULT_WORKERS, fail, launch_command, reports_errors, run_script_command
 from .errors import EXIT_ENVIRONMENT, DistrainError
 from .plan import PROXY_VARS, Plan, detect
 
@@ -80,7 +80,7 @@ def run(ctx: typer.Context, script: str = SCRIPT_ARG) -> None:
 def launch(
     ctx: typer.Context,
     script: str = SCRIPT_ARG,
-    n: int = typer.Option(2, "-n", "--workers", help="Number of local workers."),
+    n: int = typer.Option(DEFAULT_WORKERS, "-n", "--workers", help="Number of local workers."),
     port: Optional[int] = typer.Option(None, "--port", help="First port (default: free ports chosen now)."),
 ) -> None:
     """Start N local MultiWorkerMirroredStrategy workers for SCRIPT (or `bench`); stop all if one dies.

@@ -129,6 +129,7 @@ def launch_command(workers: int, script: str, args: list[str], port: Optional[in
 
 
 LAUNCH_OPTIONS = {"-n": "workers", "--workers": "workers", "--port": "port"}
+DEFAULT_WORKERS = 2  # `launch` without -n (cli's typer option says the same)
 
 
 def parse_launch(argv: list[str]) -> Optional[tuple[dict[str, int], str, list[str]]]:
@@ -136,7 +137,8 @@ def parse_launch(argv: list[str]) -> Optional[tuple[dict[str, int], str, list[st
     options: dict[str, int] = {}
     index = 0
     while index < len(argv) and argv[index].startswith("-"):
-        name, _, value = argv[index].partition("=")
+        # --name=value as click reads it; a short option's value is the next argument (click reads -n=3 as "=3")
+        name, _, value = argv[index].partition("=") if argv[index].startswith("--") else (argv[index], "", "")
         if name not in LAUNCH_OPTIONS:
             return None
         if not value:
@@ -166,7 +168,7 @@ def main() -> None:
     launch = parse_launch(argv[1:]) if argv[:1] == ["launch"] else None
     if launch:
         options, script, args = launch
-        launch_command(options.get("workers", 2), script, args, port=options.get("port"))
+        launch_command(options.get("workers", DEFAULT_WORKERS), script, args, port=options.get("port"))
     from .cli import app
 
     app(args=argv, prog_name="distrain")

@@ -91,5 +91,6 @@ def test_launch_options_are_parsed_as_typer_would_or_left_to_typer():
     assert parse_launch(["-n", "3", "--port", "7000", "t.py", "--epochs", "2", "-n", "9"]) == (
         {"workers": 3, "port": 7000}, "t.py", ["--epochs", "2", "-n", "9"])
     assert parse_launch(["--workers=4", "bench", "--steps", "5"]) == ({"workers": 4}, "bench", ["--steps", "5"])
-    for typer_reports_it in (["--help"], ["-n", "x", "t.py"], ["-n", "2"], ["--port"], [], ["-n3", "t.py"]):
+    for typer_reports_it in (["--help"], ["-n", "x", "t.py"], ["-n", "2"], ["--port"], [], ["-n3", "t.py"],
+                             ["-n=3", "t.py"]):
         assert parse_launch(typer_reports_it) is None, typer_reports_it
