@@ -75,6 +75,42 @@ def test_a_run_stopped_mid_epoch_resumes_exactly_where_it_was(tmp_path, mode, fa
     assert np.array_equal(np.load(tmp_path / "a" / "weights.npy"), np.load(tmp_path / "b" / "weights.npy"))
 
 
+@pytest.mark.parametrize(("mode", "family"), [("single", "legacy"), ("mwm", "legacy"), ("single", "keras3")])
+def test_a_crashed_run_resumes_from_its_last_timed_checkpoint(tmp_path, mode, family):
+    """DISTRAIN_CHECKPOINT_EVERY=3: a checkpoint every 3 steps. A crash (no signal, no last checkpoint) at epoch 2
+    step 5 loses steps 3-5 of epoch 2 (the newest checkpoint is after its step 2); the rerun goes on from step 3
+    and ends with the weights of the run never stopped."""
+    launcher = LAUNCHERS[mode]
+    never_stopped = train(launcher, tmp_path / "a", tmp_path / "state-a", family, DISTRAIN_CHECKPOINT_EVERY="3")
+    assert never_stopped.returncode == 0, never_stopped.stdout[-3000:]
+    crashed = train(launcher, tmp_path / "b", tmp_path / "state-b", family, CRASH_AT="2:5",
+                    DISTRAIN_CHECKPOINT_EVERY="3")
+    assert crashed.returncode != 0, crashed.stdout[-3000:]
+    trained_before = {rank: len(lines) for rank, lines in trained_ids(tmp_path / "b").items()}
+    if family == "legacy":  # what tf_keras' own resume reads: the newest checkpoint is after epoch 2's step 2
+        assert saved_counters(tmp_path / "state-b") == {"ckpt_saved_epoch": 1, "ckpt_saved_batch": 1}
+    resumed = train(launcher, tmp_path / "b", tmp_path / "state-b", family, DISTRAIN_CHECKPOINT_EVERY="3")
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert "at epoch 2, step 3 (" in resumed.stdout, resumed.stdout[-3000:]
+
+    reference, crashed_and_resumed = trained_ids(tmp_path / "a"), trained_ids(tmp_path / "b")
+    assert crashed_and_resumed.keys() == reference.keys()
+    steps = 7  # an epoch: 100 samples in global batches of 16
+    for rank, lines in crashed_and_resumed.items():  # what ran after the checkpoint before the crash, ran again
+        assert lines[:steps + 2] + lines[trained_before[rank]:] == reference[rank]
+    assert np.array_equal(np.load(tmp_path / "a" / "weights.npy"), np.load(tmp_path / "b" / "weights.npy"))
+
+
+def saved_counters(state: Path) -> dict[str, int]:
+    """The epoch and batch (0-based) tf_keras' BackupAndRestore keeps in the newest checkpoint of the run."""
+    import tensorflow as tf
+
+    newest = max(state.glob("runs/*/chief/ckpt-*.index"), key=lambda p: int(p.stem.split("-")[1]))
+    reader = tf.train.load_checkpoint(str(newest.with_suffix("")))
+    return {name: int(reader.get_tensor(f"{name}/.ATTRIBUTES/VARIABLE_VALUE"))
+            for name in ("ckpt_saved_epoch", "ckpt_saved_batch")}
+
+
 def test_a_negative_control_tells_a_different_order_apart(tmp_path):
     """The comparison can fail: the same run without distrain's checkpoints resumes nothing and retrains."""
     never_stopped = train(LAUNCHERS["single"], tmp_path / "a", tmp_path / "state-a", "keras3")

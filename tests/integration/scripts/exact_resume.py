@@ -4,7 +4,8 @@
 
 Test instruments, not part of the pattern: the model's first layer appends the index of every sample it trains
 on to DIR/ids-rank<r>.txt (one line per batch), the chief writes its final weights to DIR/weights.npy, and
-STOP_AT=EPOCH:STEP makes rank 0 send itself SIGTERM after that step (1-based), as a preemption would.
+STOP_AT=EPOCH:STEP makes rank 0 send itself SIGTERM after that step (1-based), as a preemption would;
+CRASH_AT=EPOCH:STEP makes it die there at once (os._exit), as a crash or a lost node would: no checkpoint then.
 """
 
 import argparse
@@ -56,15 +57,17 @@ class RecordIds(tf.keras.layers.Layer):
 
 
 class StopAt(tf.keras.callbacks.Callback):
-    def __init__(self, epoch: int, step: int):
+    def __init__(self, epoch: int, step: int, crash: bool = False):
         super().__init__()
-        self.stop_at, self.epoch = (epoch - 1, step - 1), 0
+        self.stop_at, self.epoch, self.crash = (epoch - 1, step - 1), 0, crash
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
 
     def on_train_batch_end(self, batch, logs=None):
         if (self.epoch, batch) == self.stop_at and my_rank() == 0:
+            if self.crash:
+                os._exit(1)
             os.kill(os.getpid(), signal.SIGTERM)
 
 
@@ -72,6 +75,8 @@ model = tf.keras.Sequential([tf.keras.layers.Input((5,)), RecordIds(), tf.keras.
                              tf.keras.layers.Dense(1)])
 model.compile(optimizer=tf.keras.optimizers.Adam(0.01), loss=tf.keras.losses.BinaryCrossentropy(from_logits=True))
 callbacks = [StopAt(*map(int, os.environ["STOP_AT"].split(":")))] if os.environ.get("STOP_AT") else []
+if os.environ.get("CRASH_AT"):
+    callbacks = [StopAt(*map(int, os.environ["CRASH_AT"].split(":")), crash=True)]
 if args.input == "numpy":
     model.fit(x, y, batch_size=args.batch_size, epochs=args.epochs, shuffle=True, callbacks=callbacks)
 else:
