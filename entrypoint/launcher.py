@@ -13,12 +13,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import closing
 
 from .errors import EXIT_PREEMPTED, EXIT_WORKER_FAILED, ConfigError
@@ -116,23 +118,25 @@ def launch(n: int, script: str, args: list[str], port: int | None = None, grace:
     failed: tuple[int, int] | None = None
     stopping_since: float | None = None  # a worker exited 75: the others are finishing their checkpoint
     killed_after_signal = False
-    while True:
-        codes = [p.poll() for p in procs]
-        bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
-        if all(c is not None for c in codes):
-            failed = failed or _root_cause(bad)
-            break
-        if bad and failed is None:
-            failed = _root_cause(bad)
-            if failed[1] != EXIT_PREEMPTED:
+    with _woken_by_signals() as wait:
+        while True:
+            codes = [p.poll() for p in procs]
+            bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+            if all(c is not None for c in codes):
+                failed = failed or _root_cause(bad)
                 break
-            stopping_since = time.monotonic()
-        started = [t for _, t in signalled] + ([stopping_since] if stopping_since else [])
-        if started and time.monotonic() - min(started) > wait_after_signal:
-            killed_after_signal = True
-            _kill_all(procs)
-            break
-        time.sleep(0.1)
+            if bad and failed is None:
+                failed = _root_cause(bad)
+                if failed[1] != EXIT_PREEMPTED:
+                    break
+                stopping_since = time.monotonic()
+            started = [t for _, t in signalled] + ([stopping_since] if stopping_since else [])
+            left = min(started) + wait_after_signal - time.monotonic() if started else 1.0
+            if left < 0:
+                killed_after_signal = True
+                _kill_all(procs)
+                break
+            wait(min(left, 1.0))
     if failed is not None and not killed_after_signal:
         _stop_all(procs, grace)
     for thread in pumps:
@@ -158,6 +162,33 @@ def launch(n: int, script: str, args: list[str], port: int | None = None, grace:
         how = "stopped after a checkpoint (exit 75: rerun to resume)"
     sys.stderr.write(f"distrain launch: worker {rank} {how}; the other workers were stopped\n")
     return code
+
+
+@contextlib.contextmanager
+def _woken_by_signals() -> Iterator[Callable[[float], None]]:
+    """A wait of at most some seconds that ends at once when a signal comes in: a worker's exit (SIGCHLD) or a
+    stop to forward. Polling the workers 10 times a second instead cost 2 ms of CPU a second, 0.2% of a run of
+    two workers on one core. The signal's byte waits in a pipe (signal.set_wakeup_fd), so none is missed between
+    a poll and the wait."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    os.set_blocking(write_fd, False)
+    previous_fd = signal.set_wakeup_fd(write_fd)
+    previous_handler = signal.signal(signal.SIGCHLD, lambda *_: None)  # the default ignores it: no byte written
+
+    def wait(seconds: float) -> None:
+        select.select([read_fd], [], [], max(seconds, 0.0))
+        with contextlib.suppress(BlockingIOError):
+            while os.read(read_fd, 512):
+                pass
+
+    try:
+        yield wait
+    finally:
+        signal.signal(signal.SIGCHLD, previous_handler)
+        signal.set_wakeup_fd(previous_fd)
+        os.close(read_fd)
+        os.close(write_fd)
 
 
 def _root_cause(bad: list[tuple[int, int]]) -> tuple[int, int] | None:
