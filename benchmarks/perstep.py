@@ -3,9 +3,10 @@
     distrain run benchmarks/perstep.py callbacks [--reps N] [--smoke]
     python benchmarks/perstep.py input NAME baseline|rewrite [--reps N] [--smoke]
 
-- callbacks (under `distrain run`, so the Plan and engine are real): the stall watchdog's and the stop check's
-  `on_train_batch_begin/end`, called as fit calls them, with the watchdog thread running, in microseconds per
-  step;
+- callbacks (under `distrain run`, so the Plan and engine are real): the per-step hooks
+  (`on_train_batch_begin/end`) of the callbacks distrain adds to `fit`: the stall watchdog (with its thread
+  running), the stop check and the checkpoint callback of the Keras family DISTRAIN_KERAS chose (DISTRAIN_CHECKPOINT
+  on), called as fit calls them, in microseconds per step;
 - input: one of distrain's rewrites as a tf.data pipeline alone, or what the script would get without it (its
   baseline), iterated at a high batch rate: the median epoch time. benchmarks/run.py runs the two sides at once,
   each on its own core. The pipelines: exact resume's positioned numpy pipeline against the pipeline Keras 3
@@ -55,15 +56,30 @@ def callback_cost(callback, calls: int) -> float:
     return statistics.median(per_rep)
 
 
+def checkpoint_callback(plan, keras, steps: int):
+    """distrain's checkpoint callback for this family, on a small compiled model, as fit sets it up."""
+    from entrypoint import checkpoint
+
+    model = keras.Sequential([keras.layers.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    backup = checkpoint.make_backup_callback(plan, keras)
+    backup.set_model(model)
+    backup.set_params({"epochs": 1, "steps": steps, "verbose": 0})
+    return backup
+
+
 def callbacks() -> dict:
     from entrypoint import stalls, stopping
     from entrypoint.runtime import STATE
 
     plan, engine, keras = STATE.plan, STATE.engine, STATE.keras
     calls = 2_000 if args.smoke else 100_000
+    if not plan.checkpoint_dir:
+        raise SystemExit("perstep callbacks: run with DISTRAIN_CHECKPOINT=1, its callback is timed too")
     return {"callbacks_us_per_step": {
         "stall watchdog": callback_cost(stalls.make_callback(plan, keras), calls),
-        "stop check": callback_cost(stopping.make_callback(plan, keras, tf, engine, None), calls)}}
+        "stop check": callback_cost(stopping.make_callback(plan, keras, tf, engine, None), calls),
+        "checkpoint": callback_cost(checkpoint_callback(plan, keras, calls), calls)}}
 
 
 SAMPLES, BATCH = (8_192, 64) if args.smoke else (262_144, 64)  # 4,096 batches: about 0.6 s an epoch

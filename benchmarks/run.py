@@ -315,13 +315,18 @@ def perstep(reps: int, smoke: bool) -> dict:
     input rewrites against plain tf.data, side by side (ratio >= 1: as fast)."""
     script = str(ROOT / "benchmarks" / "perstep.py")
     options = ["--reps", "2" if smoke else "5", *(["--smoke"] if smoke else [])]
-    data, _ = bench_line([DISTRAIN, "run", script, "callbacks", *options], extra_env={"DISTRAIN_KERAS": "keras3",
-                                                                                      **PINNED})
+    hooks = {}
+    for family, label in (("keras3", "Keras 3"), ("legacy", "tf_keras")):  # each family has its checkpoint callback
+        with tempfile.TemporaryDirectory(prefix="distrain-perstep-") as state:
+            data, _ = bench_line([DISTRAIN, "run", script, "callbacks", *options],
+                                 extra_env={"DISTRAIN_KERAS": family, "DISTRAIN_CHECKPOINT": "1",
+                                            "DISTRAIN_OUTPUT_DIR": state, **PINNED})
+        hooks.update({f"{name} ({label})": us for name, us in data["callbacks_us_per_step"].items()})
     step, _ = bench_line([DISTRAIN, "run", WORKLOAD, "--steps", "8" if smoke else "100", "--warmup", "3", "--pin"],
                          extra_env={"DISTRAIN_KERAS": "keras3", **PINNED})
     step_s = 64 / step["images_per_sec"]
     callbacks = {name: {"us_per_step": us, "share_of_step": us * 1e-6 / step_s}
-                 for name, us in data["callbacks_us_per_step"].items()}
+                 for name, us in hooks.items()}
     inputs = {}
     for name in INPUT_PIPELINES:
         theirs, ours, rates = [], [], []
