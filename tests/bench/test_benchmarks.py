@@ -23,7 +23,8 @@ def test_benchmarks_smoke_writes_every_ratio(tmp_path):
         assert all(math.isfinite(row[k]) for k in ("cpu_per_step_ratio", "distrain_extra_cpu_s_per_run"))
         assert row["distrain_cpu_s"] > 0 and row["handwritten_cpu_s"] > 0
     perstep = results["perstep"]
-    assert set(perstep["callbacks"]) == {"stall watchdog", "stop check"}
+    assert set(perstep["callbacks"]) == {f"{hook} ({family})" for hook in ("stall watchdog", "stop check", "checkpoint")
+                                         for family in ("Keras 3", "tf_keras")}
     assert all(c["us_per_step"] > 0 and 0 < c["share_of_step"] < 1 for c in perstep["callbacks"].values())
     assert len(perstep["input"]) == 5 and all(r["ratio"] > 0 for r in perstep["input"].values())
     phases = results["startup"]["phases_s_by_workers"]
