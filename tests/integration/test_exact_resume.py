@@ -10,6 +10,7 @@ import keras
 import numpy as np
 import pytest
 
+from entrypoint.runs import newest_checkpoint
 from helpers import DISTRAIN, KERAS_FAMILIES, ROOT, keras_env, run
 
 SCRIPT = str(ROOT / "tests" / "integration" / "scripts" / "exact_resume.py")
@@ -105,8 +106,8 @@ def saved_counters(state: Path) -> dict[str, int]:
     """The epoch and batch (0-based) tf_keras' BackupAndRestore keeps in the newest checkpoint of the run."""
     import tensorflow as tf
 
-    newest = max(state.glob("runs/*/chief/ckpt-*.index"), key=lambda p: int(p.stem.split("-")[1]))
-    reader = tf.train.load_checkpoint(str(newest.with_suffix("")))
+    (run_dir,) = state.glob("runs/*")
+    reader = tf.train.load_checkpoint(newest_checkpoint(str(run_dir / "chief")))
     return {name: int(reader.get_tensor(f"{name}/.ATTRIBUTES/VARIABLE_VALUE"))
             for name in ("ckpt_saved_epoch", "ckpt_saved_batch")}
 

@@ -74,9 +74,8 @@ class StopAt(tf.keras.callbacks.Callback):
 model = tf.keras.Sequential([tf.keras.layers.Input((5,)), RecordIds(), tf.keras.layers.Dense(8, activation="relu"),
                              tf.keras.layers.Dense(1)])
 model.compile(optimizer=tf.keras.optimizers.Adam(0.01), loss=tf.keras.losses.BinaryCrossentropy(from_logits=True))
-callbacks = [StopAt(*map(int, os.environ["STOP_AT"].split(":")))] if os.environ.get("STOP_AT") else []
-if os.environ.get("CRASH_AT"):
-    callbacks = [StopAt(*map(int, os.environ["CRASH_AT"].split(":")), crash=True)]
+stop_at = os.environ.get("STOP_AT") or os.environ.get("CRASH_AT")
+callbacks = [StopAt(*map(int, stop_at.split(":")), crash="CRASH_AT" in os.environ)] if stop_at else []
 if args.input == "numpy":
     model.fit(x, y, batch_size=args.batch_size, epochs=args.epochs, shuffle=True, callbacks=callbacks)
 else:
