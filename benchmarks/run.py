@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/run.py all            (by hand: results in benchmarks/results/)
     .venv/bin/python benchmarks/run.py overhead --reps 9
+    .venv/bin/python benchmarks/run.py overhead --only mwm --reps 3      (re-measure some of its rows)
     .venv/bin/python benchmarks/run.py all --smoke --out /tmp/bench   (CI: tiny sizes, checks it all runs)
 
 overhead   distrain run/launch (checkpoints on, as by default) vs the same work hand-written for the mode (single,
@@ -159,7 +160,7 @@ def mean_of_passes(passes: list[dict], *keys: str) -> dict:
     return {key: statistics.mean(p[key] for p in passes) for key in keys}
 
 
-def overhead(reps: int, smoke: bool) -> dict:
+def overhead(reps: int, smoke: bool, only: str = "") -> dict:
     """Each mode through distrain against the same work hand-written, side by side (`side_by_side`). Each pair
     runs at two lengths: the whole longer run gives the CPU per run (start-up and the checkpoint at the epoch
     end included), and the CPU difference over the extra steps the CPU per step, where a run's fixed costs
@@ -186,9 +187,13 @@ def overhead(reps: int, smoke: bool) -> dict:
                                      {"DISTRAIN_KERAS": "legacy", **PINNED, **default}),
                                     ([*horovodrun, *python, "--handmade", "horovod", "--keras", "legacy", *work],
                                      PINNED))
+    if not any(only in mode for mode in pairs):
+        raise SystemExit(f"run.py: error: no overhead row's name holds {only!r}: the rows are {', '.join(pairs)}")
     rows = {}
     short, long = (["--steps", str(n)] for n in lengths)
     for mode, ((ours_cmd, ours_env), (hand_cmd, hand_env)) in pairs.items():
+        if only not in mode:
+            continue
         runs: dict[str, list] = {"distrain": [], "hand-written": []}
         try:
             for _ in range(reps):
@@ -399,6 +404,8 @@ def main() -> int:
     parser.add_argument("which", choices=["overhead", "perstep", "scaling", "startup", "container", "comm", "all"])
     parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, 1 repetition: checks it runs")
+    parser.add_argument("--only", default="", metavar="TEXT",
+                        help="overhead: only the rows whose name holds TEXT (\"mwm\", \"keras3\"), to re-measure them")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--sif", default=os.environ.get("DISTRAIN_BENCH_SIF", "/var/cache/distrain/distrain-test.sif"))
     opts = parser.parse_args()
@@ -408,7 +415,12 @@ def main() -> int:
     results = {"machine": machine(), "reps": reps, "smoke": opts.smoke}
     for name in chosen:
         started = time.monotonic()
-        data = container(reps, opts.smoke, opts.sif) if name == "container" else globals()[name](reps, opts.smoke)
+        if name == "container":
+            data = container(reps, opts.smoke, opts.sif)
+        elif name == "overhead":
+            data = overhead(reps, opts.smoke, opts.only)
+        else:
+            data = globals()[name](reps, opts.smoke)
         results[name] = data
         print(report(name, data) + f"\n  ({time.monotonic() - started:.0f} s)", flush=True)
     os.makedirs(opts.out, exist_ok=True)
