@@ -10,7 +10,8 @@ overhead   distrain run/launch (checkpoints on, as by default) vs the same work 
            oneDNN as TensorFlow ships it, side by side: throughput, and the CPU seconds of every process of the run
            from the kernel's accounting, per run and per step (two run lengths: the difference is per step, the
            fixed costs left per run)
-perstep    distrain's own per-step work timed directly: its callbacks (stall watchdog, stop check) per step, and
+perstep    distrain's own per-step work timed directly: its callbacks (stall watchdog, stop check) per step in a
+           hot loop and in place (each hook timed inside a real 2-worker MWM fit: workload.py --time-hooks), and
            its input rewrites as pipelines alone against plain tf.data at a high batch rate, side by side
 startup    time to the first training step: distrain run vs python; and per phase (process and plan, TensorFlow's
            import, strategy and rendezvous, the script to its first step) for 1, 2, 4 and 8 local workers
@@ -315,6 +316,38 @@ INPUT_PIPELINES = ("positioned numpy (exact resume) vs Keras' own",
                    "even last batch (MWM), last batch of 1 topped up", "rank slices (Horovod)")
 
 
+def hooks_in_place(smoke: bool) -> dict:
+    """distrain's callbacks timed in place (workload.py --time-hooks): `distrain launch -n 2`, both workers on one
+    core as in `overhead`, for each Keras family. Per worker: each per-step hook's CPU per call, each once-a-run
+    hook's CPU, all hooks' CPU per run and their share of the run's CPU (every process of it)."""
+    steps = 24 if smoke else 1200
+    rows = {}
+    for family, label in (("keras3", "Keras 3"), ("legacy", "tf_keras")):
+        with tempfile.TemporaryDirectory(prefix="distrain-hooks-") as state:
+            out = subprocess.run([sys.executable, ACCOUNT, "0", DISTRAIN, "launch", "-n", "2", WORKLOAD, "--pin",
+                                  "--warmup", "20", "--steps", str(steps), "--time-hooks"], cwd=ROOT, text=True,
+                                 env={**env(), "DISTRAIN_KERAS": family, "DISTRAIN_CHECKPOINT": "1",
+                                      "DISTRAIN_OUTPUT_DIR": state, **PINNED},
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900).stdout
+        ranks = [json.loads(line.split("HOOKS ", 1)[1]) for line in out.splitlines() if "HOOKS " in line]
+        account = [json.loads(line.split("ACCOUNT ", 1)[1]) for line in out.splitlines() if "ACCOUNT " in line]
+        if len(ranks) != 2 or not account or account[0]["returncode"]:
+            raise RuntimeError(f"distrain launch --time-hooks failed:\n{out[-3000:]}")
+        names = sorted({name for rank in ranks for name in rank["hooks"]})
+        mean = {name: statistics.mean(rank["hooks"].get(name, [0.0, 0])[0] for rank in ranks) for name in names}
+        calls = {name: max(rank["hooks"].get(name, [0.0, 0])[1] for rank in ranks) for name in names}
+        per_worker = sum(mean.values())
+        rows[label] = {
+            "steps": steps + 20,
+            "per_step_hook_us": {name: 1e6 * mean[name] / calls[name] for name in names
+                                 if "_batch_" in name and calls[name]},
+            "once_a_run_ms": {name: 1e3 * mean[name] for name in names if "_batch_" not in name},
+            "all_hooks_ms_per_worker": 1e3 * per_worker,
+            "share_of_run_cpu": 2 * per_worker / account[0]["cpu_s"],
+        }
+    return rows
+
+
 def perstep(reps: int, smoke: bool) -> dict:
     """distrain's per-step work alone: its callbacks' cost per step against the workload's median step, and its
     input rewrites against plain tf.data, side by side (ratio >= 1: as fast)."""
@@ -344,7 +377,8 @@ def perstep(reps: int, smoke: bool) -> dict:
             rates.append(mean_of_passes(rewrite, "batches_per_s")["batches_per_s"])
         # epoch time of the baseline over the rewrite's: >= 1 is as fast
         inputs[name] = {**spread(theirs, ours), "batches_per_s": statistics.median(rates)}
-    return {"workload_step_ms": 1000 * step_s, "callbacks": callbacks, "input": inputs}
+    return {"workload_step_ms": 1000 * step_s, "callbacks": callbacks, "callbacks_in_place": hooks_in_place(smoke),
+            "input": inputs}
 
 
 def container(reps: int, smoke: bool, sif: str | None) -> dict:

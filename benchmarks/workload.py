@@ -83,6 +83,9 @@ parser.add_argument("--samples", type=int, default=4096, help="samples per epoch
 parser.add_argument("--pin", action="store_true")
 parser.add_argument("--cpu-by-thread", action="store_true",
                     help="every rank prints `THREADS {...}`: its CPU seconds by thread name, to find where CPU goes")
+parser.add_argument("--time-hooks", action="store_true",
+                    help="every rank prints `HOOKS {...}`: the CPU time of each hook of the callbacks distrain added "
+                         "to fit, timed in place (in the real fit, between real steps)")
 parser.add_argument("--upstream-fixes", action="store_true",
                     help="hand-written Keras 3 MWM: apply by hand the upstream fixes distrain applies (keras3_mwm)")
 args = parser.parse_args()
@@ -142,6 +145,42 @@ with strategy.scope():
         optimizer = hvd.DistributedOptimizer(optimizer)
     model.compile(optimizer=optimizer, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
+HOOKS = ("on_train_begin", "on_epoch_begin", "on_train_batch_begin", "on_train_batch_end", "on_epoch_end",
+         "on_train_end")
+hook_cpu: dict[str, list] = {}  # "Class.hook": [thread CPU seconds, calls]
+
+
+def time_distrain_hooks() -> None:
+    """Wrap, in every CallbackList fit builds, each hook of the callbacks distrain added (those defined in its
+    `entrypoint` package) with this thread's CPU clock. A hook timed in place pays what a hot loop does not (caches
+    the step left cold); the callback called first after a step pays most of it, whichever it is."""
+    cls = tf.keras.callbacks.CallbackList
+    original_init = cls.__init__
+
+    def init(self, *a, **k):
+        original_init(self, *a, **k)
+        for callback in self.callbacks:
+            if not type(callback).__module__.startswith("entrypoint"):
+                continue
+            for hook in HOOKS:
+                setattr(callback, hook, timed(getattr(callback, hook), f"{type(callback).__name__}.{hook}"))
+
+    def timed(method, key):
+        def call(*a, **k):
+            began = time.thread_time()
+            try:
+                return method(*a, **k)
+            finally:
+                total = hook_cpu.setdefault(key, [0.0, 0])
+                total[0] += time.thread_time() - began
+                total[1] += 1
+        return call
+
+    cls.__init__ = init
+
+
+if args.time_hooks:
+    time_distrain_hooks()
 stamps: list[float] = []
 cpu_marks: dict[str, float] = {}
 epochs: list[float] = []
@@ -182,6 +221,8 @@ else:
     dataset = tf.data.Dataset.from_tensors((images, labels)).repeat(args.warmup + args.steps)
     model.fit(dataset, epochs=1, callbacks=callbacks, verbose=0)
     steps = [b - a for a, b in zip(stamps[args.warmup:], stamps[args.warmup + 1:])]
+    if args.time_hooks:
+        print("HOOKS " + json.dumps({"rank": rank, "cpu_s": cpu_now(), "hooks": hook_cpu}), flush=True)
     if args.cpu_by_thread:
         print("THREADS " + json.dumps({"rank": rank, "script_start": SCRIPT_START_CPU, **cpu_marks,
                                          **cpu_by_thread()}), flush=True)

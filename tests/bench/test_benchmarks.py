@@ -27,6 +27,13 @@ def test_benchmarks_smoke_writes_every_ratio(tmp_path):
                                          for family in ("Keras 3", "tf_keras")}
     assert all(c["us_per_step"] > 0 and 0 < c["share_of_step"] < 1 for c in perstep["callbacks"].values())
     assert len(perstep["input"]) == 5 and all(r["ratio"] > 0 for r in perstep["input"].values())
+    # distrain's callbacks timed in place, inside a real 2-worker fit: each of its callbacks is found and timed
+    for family, checkpoint in (("Keras 3", "Keras3Backup"), ("tf_keras", "Backup")):
+        in_place = perstep["callbacks_in_place"][family]
+        timed = {hook.split(".")[0] for hook in in_place["per_step_hook_us"]}
+        assert {"WatchForStalls", "StopAndCheckpoint", checkpoint} <= timed, timed
+        assert in_place["once_a_run_ms"][f"{checkpoint}.on_epoch_end"] > 0  # the checkpoint written at the end
+        assert 0 < in_place["share_of_run_cpu"] < 1
     phases = results["startup"]["phases_s_by_workers"]
     assert set(phases) == {"1 worker(s)", "2 worker(s)"}
     assert all(p["total"] > 0 and p["TensorFlow import"] > 0 for p in phases.values())
@@ -57,3 +64,11 @@ def test_distrain_bench_json_baseline_and_plot(tmp_path):
     png = tmp_path / "scaling.png"
     out = run([DISTRAIN, "bench", "--plot", str(png), "--result", str(single), "--result", str(double)])
     assert out.returncode == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_overhead_only_names_the_rows_when_none_matches(tmp_path):
+    out = run([sys.executable, "benchmarks/run.py", "overhead", "--smoke", "--only", "no such row", "--out",
+               str(tmp_path)])
+    assert out.returncode == 1
+    assert "no overhead row's name holds 'no such row': the rows are single (keras3), mwm x2 (keras3)" in out.stdout
+    assert not list(tmp_path.iterdir())
