@@ -153,7 +153,7 @@ hook_cpu: dict[str, list] = {}  # "Class.hook": [thread CPU seconds, calls]
 def time_distrain_hooks() -> None:
     """Wrap, in every CallbackList fit builds, each hook of the callbacks distrain added (those defined in its
     `entrypoint` package) with this thread's CPU clock. A hook timed in place pays what a hot loop does not (caches
-    the step left cold); the callback called first after a step pays most of it, whichever it is."""
+    the step left cold, the all-reduces of the stop check, the checkpoint written)."""
     cls = tf.keras.callbacks.CallbackList
     original_init = cls.__init__
 
