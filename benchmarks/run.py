@@ -128,6 +128,12 @@ ACCOUNT = str(ROOT / "benchmarks" / "account.py")
 BY_HAND_MWM = str(ROOT / "benchmarks" / "by_hand_mwm.py")
 
 
+def account_line(output: str) -> dict:
+    """What benchmarks/account.py printed last (`ACCOUNT {"cpu_s", "returncode"}`), or {} where it printed none."""
+    lines = output.splitlines()
+    return json.loads(lines[-1].split("ACCOUNT ", 1)[1]) if lines and "ACCOUNT " in lines[-1] else {}
+
+
 def side_by_side(first: tuple[list[str], dict], second: tuple[list[str], dict],
                  swap: bool = True) -> tuple[list[dict], list[dict]]:
     """Run two commands at once, each confined to one core (benchmarks/account.py), twice: then on each other's
@@ -147,9 +153,10 @@ def side_by_side(first: tuple[list[str], dict], second: tuple[list[str], dict],
             for proc, output, result, (cmd, _) in zip(procs, outputs, results, (first, second)):
                 proc.wait(timeout=1800)
                 output.seek(0)
-                lines = output.read().splitlines()
+                text = output.read()
+                lines = text.splitlines()
                 bench = [line.split("BENCH ", 1)[1] for line in lines if "BENCH " in line]
-                account = json.loads(lines[-1].split("ACCOUNT ", 1)[1]) if lines and "ACCOUNT " in lines[-1] else {}
+                account = account_line(text)
                 if not bench or account.get("returncode"):
                     raise RuntimeError(f"{' '.join(cmd)} printed no BENCH line (exit {account.get('returncode')}):\n"
                                        + "\n".join(lines[-40:]))
@@ -320,18 +327,18 @@ def hooks_in_place(smoke: bool) -> dict:
     """distrain's callbacks timed in place (workload.py --time-hooks): `distrain launch -n 2`, both workers on one
     core as in `overhead`, for each Keras family. Per worker: each per-step hook's CPU per call, each once-a-run
     hook's CPU, all hooks' CPU per run and their share of the run's CPU (every process of it)."""
-    steps = 24 if smoke else 1200
+    steps, workers = (24 if smoke else 1200), 2
     rows = {}
     for family, label in (("keras3", "Keras 3"), ("legacy", "tf_keras")):
         with tempfile.TemporaryDirectory(prefix="distrain-hooks-") as state:
-            out = subprocess.run([sys.executable, ACCOUNT, "0", DISTRAIN, "launch", "-n", "2", WORKLOAD, "--pin",
-                                  "--warmup", "20", "--steps", str(steps), "--time-hooks"], cwd=ROOT, text=True,
-                                 env={**env(), "DISTRAIN_KERAS": family, "DISTRAIN_CHECKPOINT": "1",
-                                      "DISTRAIN_OUTPUT_DIR": state, **PINNED},
+            out = subprocess.run([sys.executable, ACCOUNT, "0", DISTRAIN, "launch", "-n", str(workers), WORKLOAD,
+                                  "--pin", "--warmup", "20", "--steps", str(steps), "--time-hooks"], cwd=ROOT,
+                                 text=True, env={**env(), "DISTRAIN_KERAS": family, "DISTRAIN_CHECKPOINT": "1",
+                                                 "DISTRAIN_OUTPUT_DIR": state, **PINNED},
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900).stdout
         ranks = [json.loads(line.split("HOOKS ", 1)[1]) for line in out.splitlines() if "HOOKS " in line]
-        account = [json.loads(line.split("ACCOUNT ", 1)[1]) for line in out.splitlines() if "ACCOUNT " in line]
-        if len(ranks) != 2 or not account or account[0]["returncode"]:
+        account = account_line(out)
+        if len(ranks) != workers or not account or account["returncode"]:
             raise RuntimeError(f"distrain launch --time-hooks failed:\n{out[-3000:]}")
         names = sorted({name for rank in ranks for name in rank["hooks"]})
         mean = {name: statistics.mean(rank["hooks"].get(name, [0.0, 0])[0] for rank in ranks) for name in names}
@@ -343,7 +350,7 @@ def hooks_in_place(smoke: bool) -> dict:
                                  if "_batch_" in name and calls[name]},
             "once_a_run_ms": {name: 1e3 * mean[name] for name in names if "_batch_" not in name},
             "all_hooks_ms_per_worker": 1e3 * per_worker,
-            "share_of_run_cpu": 2 * per_worker / account[0]["cpu_s"],
+            "share_of_run_cpu": workers * per_worker / account["cpu_s"],
         }
     return rows
 
@@ -365,6 +372,15 @@ def perstep(reps: int, smoke: bool) -> dict:
     step_s = 64 / step["images_per_sec"]
     callbacks = {name: {"us_per_step": us, "share_of_step": us * 1e-6 / step_s}
                  for name, us in hooks.items()}
+    return {"workload_step_ms": 1000 * step_s, "callbacks": callbacks, "callbacks_in_place": hooks_in_place(smoke),
+            "input": input_pipelines(reps, smoke)}
+
+
+def input_pipelines(reps: int, smoke: bool) -> dict:
+    """Each input rewrite against its baseline pipeline (benchmarks/perstep.py input), side by side: the baseline's
+    epoch time over the rewrite's (>= 1: as fast)."""
+    script = str(ROOT / "benchmarks" / "perstep.py")
+    options = ["--reps", "2" if smoke else "5", *(["--smoke"] if smoke else [])]
     inputs = {}
     for name in INPUT_PIPELINES:
         theirs, ours, rates = [], [], []
@@ -375,10 +391,8 @@ def perstep(reps: int, smoke: bool) -> dict:
             theirs.append(mean_of_passes(baseline, "epoch_s")["epoch_s"])
             ours.append(mean_of_passes(rewrite, "epoch_s")["epoch_s"])
             rates.append(mean_of_passes(rewrite, "batches_per_s")["batches_per_s"])
-        # epoch time of the baseline over the rewrite's: >= 1 is as fast
         inputs[name] = {**spread(theirs, ours), "batches_per_s": statistics.median(rates)}
-    return {"workload_step_ms": 1000 * step_s, "callbacks": callbacks, "callbacks_in_place": hooks_in_place(smoke),
-            "input": inputs}
+    return inputs
 
 
 def container(reps: int, smoke: bool, sif: str | None) -> dict:
