@@ -1,19 +1,22 @@
 """distrain's own per-step work, timed directly.
 
     distrain run benchmarks/perstep.py callbacks [--reps N] [--smoke]
-    python benchmarks/perstep.py input NAME baseline|rewrite [--reps N] [--smoke]
+    python benchmarks/perstep.py input NAME [--reps N] [--smoke]
 
 - callbacks (under `distrain run`, so the Plan and engine are real): the per-step hooks
   (`on_train_batch_begin/end`) of the callbacks distrain adds to `fit`: the stall watchdog (with its thread
   running), the stop check and the checkpoint callback of the Keras family DISTRAIN_KERAS chose (DISTRAIN_CHECKPOINT
   on), called as fit calls them, in microseconds per step;
-- input: one of distrain's rewrites as a tf.data pipeline alone, or what the script would get without it (its
-  baseline), iterated at a high batch rate: the median epoch time. benchmarks/run.py runs the two sides at once,
-  each on its own core. The pipelines: exact resume's positioned numpy pipeline against the pipeline Keras 3
-  itself builds from numpy arrays (what `fit` trains on without distrain) and against
-  `from_tensor_slices().shuffle().batch()`; the even last batch (MWM: where the last batch splits as it is, and
-  where a last batch of one sample is topped up) and Horovod's rank slices on top of the plain pipeline, against
-  it alone.
+- input: one of distrain's rewrites as a tf.data pipeline alone and what the script would get without it (its
+  baseline), in one process, epochs of the two alternating (the order swapped every repetition), iterated at a
+  high batch rate: each side's median epoch, in wall seconds and in the CPU seconds of the process (what a VM's
+  steal time does not inflate). One process makes both sides share everything a second process would not (its
+  core, its allocator, the machine's moment): the control row, plain tf.data against itself, is within 1-2% this
+  way, where two processes side by side differed by 5-10%. The pipelines: exact resume's positioned numpy
+  pipeline against the pipeline Keras 3 itself builds from numpy arrays (what `fit` trains on without distrain)
+  and against `from_tensor_slices().shuffle().batch()`; the even last batch (MWM: where the last batch splits as
+  it is, and where a last batch of one sample is topped up) and Horovod's rank slices on top of the plain
+  pipeline, against it alone.
 
 Prints `BENCH {...}` for benchmarks/run.py perstep.
 """
@@ -28,7 +31,6 @@ import time
 parser = argparse.ArgumentParser()
 parser.add_argument("part", choices=["callbacks", "input"])
 parser.add_argument("name", nargs="?")
-parser.add_argument("side", nargs="?", choices=["baseline", "rewrite"])
 parser.add_argument("--reps", type=int, default=5)
 parser.add_argument("--smoke", action="store_true")
 args = parser.parse_args()
@@ -109,6 +111,7 @@ def positioned():
 
 
 PIPELINES = {
+    "control: plain tf.data against itself": (plain, plain),
     "positioned numpy (exact resume) vs Keras' own": (keras_numpy, positioned),
     "positioned numpy (exact resume) vs from_tensor_slices": (plain, positioned),
     "even last batch (MWM), last batch splits": (plain, lambda: batches.even_out_last_batch(plain(), 2)),
@@ -118,30 +121,39 @@ PIPELINES = {
 }
 
 
-def epoch_time(make) -> float:
+def epoch_time(make) -> tuple[float, float]:
     """One epoch: the iterator made and run to its end. The previous epoch's iterator is gone by then (deleted and
     collected outside the timing): left to go when the next one is made, its teardown made `iter()` take 0.9-1.2 s
     instead of 0.01 in about half the epochs of a 262,144-sample shuffled from_tensor_slices pipeline here (TF
     2.17, one core), and the epoch times fell into two groups (1.27 s and 2.55 s) that said nothing of the
-    rewrites."""
+    rewrites. Returns the wall seconds and the CPU seconds of the process (every thread: the kernel's account,
+    which a VM's steal time does not inflate)."""
     dataset = make()
     gc.collect()
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     iterator = iter(dataset)
     for _ in iterator:
         pass
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - start_cpu
     del iterator, dataset
     gc.collect()
-    return elapsed
+    return elapsed, cpu
 
 
 def input_rate() -> dict:
-    baseline, rewrite = PIPELINES[args.name]
-    make = baseline if args.side == "baseline" else rewrite
-    epoch_time(make)  # warm-up: graph building, first allocations
-    epoch_s = statistics.median(epoch_time(make) for _ in range(args.reps))
-    return {"epoch_s": epoch_s, "batches_per_s": SAMPLES / BATCH / epoch_s}
+    """Both sides' median epoch (wall and CPU seconds), their epochs alternating in this process."""
+    sides = dict(zip(("baseline", "rewrite"), PIPELINES[args.name]))
+    for make in sides.values():
+        epoch_time(make)  # warm-up: graph building, first allocations
+    times: dict[str, list] = {side: [] for side in sides}
+    for rep in range(args.reps):
+        for side in list(sides)[::1 if rep % 2 == 0 else -1]:
+            times[side].append(epoch_time(sides[side]))
+    result = {}
+    for side, epochs in times.items():
+        wall, cpu = zip(*epochs)
+        result.update({f"{side}_epoch_s": statistics.median(wall), f"{side}_epoch_cpu_s": statistics.median(cpu)})
+    return {**result, "batches_per_s": SAMPLES / BATCH / result["rewrite_epoch_s"]}
 
 
 if __name__ == "__main__":

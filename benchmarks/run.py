@@ -318,7 +318,7 @@ def startup_by_workers(reps: int, smoke: bool) -> dict:
     return {"phases_s_by_workers": table, "seconds_per_added_worker": slope}
 
 
-INPUT_PIPELINES = ("positioned numpy (exact resume) vs Keras' own",
+INPUT_PIPELINES = ("control: plain tf.data against itself", "positioned numpy (exact resume) vs Keras' own",
                    "positioned numpy (exact resume) vs from_tensor_slices", "even last batch (MWM), last batch splits",
                    "even last batch (MWM), last batch of 1 topped up", "rank slices (Horovod)")
 
@@ -357,7 +357,7 @@ def hooks_in_place(smoke: bool) -> dict:
 
 def perstep(reps: int, smoke: bool) -> dict:
     """distrain's per-step work alone: its callbacks' cost per step against the workload's median step, and its
-    input rewrites against plain tf.data, side by side (ratio >= 1: as fast)."""
+    input rewrites against plain tf.data (input_pipelines; ratio >= 1: as fast)."""
     script = str(ROOT / "benchmarks" / "perstep.py")
     options = ["--reps", "2" if smoke else "5", *(["--smoke"] if smoke else [])]
     hooks = {}
@@ -377,21 +377,20 @@ def perstep(reps: int, smoke: bool) -> dict:
 
 
 def input_pipelines(reps: int, smoke: bool) -> dict:
-    """Each input rewrite against its baseline pipeline (benchmarks/perstep.py input), side by side: the baseline's
-    epoch time over the rewrite's (>= 1: as fast)."""
+    """Each input rewrite against its baseline pipeline (benchmarks/perstep.py input: both in one process, their
+    epochs alternating), one such process on each core at once: 2 x `reps` samples. The baseline's median epoch
+    over the rewrite's (>= 1: as fast), in CPU seconds (`cpu_ratio`) and wall seconds (`ratio`), with the lowest
+    and highest per-process ratios."""
     script = str(ROOT / "benchmarks" / "perstep.py")
-    options = ["--reps", "2" if smoke else "5", *(["--smoke"] if smoke else [])]
+    options = ["--reps", "2" if smoke else "7", *(["--smoke"] if smoke else [])]
     inputs = {}
     for name in INPUT_PIPELINES:
-        theirs, ours, rates = [], [], []
-        for _ in range(reps):
-            baseline, rewrite = side_by_side(([sys.executable, script, "input", name, "baseline", *options], PINNED),
-                                             ([sys.executable, script, "input", name, "rewrite", *options], PINNED),
-                                             swap=not smoke)
-            theirs.append(mean_of_passes(baseline, "epoch_s")["epoch_s"])
-            ours.append(mean_of_passes(rewrite, "epoch_s")["epoch_s"])
-            rates.append(mean_of_passes(rewrite, "batches_per_s")["batches_per_s"])
-        inputs[name] = {**spread(theirs, ours), "batches_per_s": statistics.median(rates)}
+        command = ([sys.executable, script, "input", name, *options], PINNED)
+        samples = [p for _ in range(reps) for passes in side_by_side(command, command, swap=False) for p in passes]
+        wall = spread([s["baseline_epoch_s"] for s in samples], [s["rewrite_epoch_s"] for s in samples])
+        cpu = spread([s["baseline_epoch_cpu_s"] for s in samples], [s["rewrite_epoch_cpu_s"] for s in samples])
+        inputs[name] = {**{f"cpu_{key}": value for key, value in cpu.items()}, **wall,
+                        "batches_per_s": statistics.median(s["batches_per_s"] for s in samples)}
     return inputs
 
 

@@ -187,11 +187,31 @@ def _batch_length(element: Any) -> Any:
     return tf.shape(tf.nest.flatten(element)[0], out_type=tf.int64)[0]
 
 
+def beneath_trailing_prefetch(dataset: Any, transform: Callable[[Any], Any]) -> Any:
+    """transform(dataset), put beneath the script's own last `prefetch(n)` where its pipeline ends with one, so
+    that it runs on the prefetch's thread: a stage on top of a prefetch costs the thread that takes the batches
+    (the training step's) 9-14 µs a batch more CPU than the same stage beneath it (benchmarks/perstep.py: rank
+    slices 0.95 of plain tf.data on top, 0.99 beneath, as the plain pipeline against itself)."""
+    if type(dataset).__name__ != "_PrefetchDataset" or not hasattr(dataset, "_input_dataset"):
+        return transform(dataset)
+    try:
+        buffer_size = int(dataset._buffer_size)  # private: any surprise leaves the stage on top
+    except Exception:  # noqa: BLE001
+        return transform(dataset)
+    inner = transform(dataset._input_dataset)
+    return dataset if inner is dataset._input_dataset else inner.prefetch(buffer_size)
+
+
 def even_out_last_batch(dataset: Any, replicas: int) -> Any:
     """`dataset` with a last batch that does not split cleanly between `replicas` (see splits_cleanly) topped up
     to the next multiple of `replicas` from the end of the batch before it (one batch of look-ahead: a batch is
-    passed on when the next arrives; an empty end marker flushes the last one). The number of batches, and so the
-    cardinality Keras counts steps with, does not change."""
+    passed on when the next arrives; an empty end marker flushes the last one; where the batches are known from
+    the graph, TensorFlow's `rebatch` instead). The number of batches, and so the cardinality Keras counts steps
+    with, does not change."""
+    return beneath_trailing_prefetch(dataset, lambda stages: _even_out(stages, replicas))
+
+
+def _even_out(dataset: Any, replicas: int) -> Any:
     import tensorflow as tf
 
     if int(dataset.cardinality()) == tf.data.INFINITE_CARDINALITY:
@@ -204,6 +224,8 @@ def even_out_last_batch(dataset: Any, replicas: int) -> Any:
     last = last_batch_size(dataset)
     if last is not None and splits_cleanly(last, replicas):
         return dataset  # the last batch splits as it is: no look-ahead, no per-batch cost (the common case)
+    if last is not None:
+        return _recut_known_batches(dataset, replicas)
 
     def empty(spec: Any) -> Any:
         return tf.zeros([0] + [d if d is not None else 0 for d in spec.shape[1:]], spec.dtype)
@@ -231,15 +253,28 @@ def even_out_last_batch(dataset: Any, replicas: int) -> Any:
     return dataset.concatenate(tf.data.Dataset.from_tensors(end_marker)).scan(end_marker, step).skip(1)
 
 
+def _recut_known_batches(dataset: Any, replicas: int) -> Any:
+    """even_out_last_batch where the batches are known from the graph (batch_layout): TensorFlow's native
+    `rebatch` cuts them to batch_bounds' sizes, the same topped-up last batch, without a function per batch (the
+    look-ahead costs 100-120 µs a batch, as much again as a fast pipeline's own work: benchmarks/perstep.py)."""
+    import tensorflow as tf
+
+    samples, size, _ = batch_layout(dataset)
+    sizes = [end - start for start, end in batch_bounds(samples, size, replicas)]
+    if len(sizes) < 2 or sizes[-2] == size:
+        return dataset  # one batch, or the one before could not spare samples: as the look-ahead leaves it
+    return dataset.rebatch(sizes).apply(tf.data.experimental.assert_cardinality(len(sizes)))
+
+
 # Stages that pass each batch on as one element: what sits above the batch stage leaves the last batch's size
 # (a map that cuts its batches down would not, and is not worth guarding against).
 _ONE_TO_ONE = ("_MapDataset", "_ParallelMapDataset", "_PrefetchDataset", "CacheDataset", "_OptionsDataset",
                "_AssertCardinalityDataset")
 
 
-def last_batch_size(dataset: Any) -> int | None:
-    """The size of the last batch of one pass over `dataset`, read from its graph (the batch stage's size and the
-    length of what it batches), or None where that cannot be known before iterating."""
+def batch_layout(dataset: Any) -> tuple[int, int, bool] | None:
+    """(samples, batch size, drop_remainder) of the batch stage under `dataset`, read from its graph, or None
+    where one pass's batches cannot be known before iterating."""
     stage = dataset
     while type(stage).__name__ in _ONE_TO_ONE and hasattr(stage, "_input_dataset"):
         stage = stage._input_dataset
@@ -252,6 +287,15 @@ def last_batch_size(dataset: Any) -> int | None:
         return None
     if samples < 0 or size < 1:
         return None  # unknown or infinite length
+    return samples, size, drop
+
+
+def last_batch_size(dataset: Any) -> int | None:
+    """The size of the last batch of one pass over `dataset` (see batch_layout), or None where it is unknown."""
+    layout = batch_layout(dataset)
+    if layout is None:
+        return None
+    samples, size, drop = layout
     return size if drop or samples % size == 0 else samples % size
 
 
@@ -263,6 +307,10 @@ def rank_slices(dataset: Any, rank: int, size: int) -> Any:
     them natively and a shard keeps this rank's piece: no per-batch Python function, which costs more than the
     rest of a fast pipeline. Otherwise a map cuts shares (9 on 4 ranks: 2, 2, 2, 3, where rebatch gives 3, 3, 3, 0).
     """
+    return beneath_trailing_prefetch(dataset, lambda stages: _rank_slices(stages, rank, size))
+
+
+def _rank_slices(dataset: Any, rank: int, size: int) -> Any:
     import tensorflow as tf
 
     if size > 1 and splits_cleanly(_known_batch_size(dataset) or 0, size):
@@ -352,8 +400,9 @@ def _known_batch_size(dataset: Any) -> int | None:
 
 def evened_for_replicas(dataset: Any, replicas: int) -> Any:
     """`dataset` with its last batch evened out (even_out_last_batch) where TensorFlow's own split needs it."""
-    # The look-ahead hides the batch op from TensorFlow, whose rebatch then cuts ceil(size / replicas) pieces;
-    # a full batch that would leave a replica empty that way (9 on 4) keeps TensorFlow's even split instead.
+    # Evening out (look-ahead or native rebatch) hides the batch size from TensorFlow, whose rebatch then cuts
+    # ceil(size / replicas) pieces; a full batch that would leave a replica empty that way (9 on 4) keeps
+    # TensorFlow's even split instead.
     if replicas > 1 and splits_cleanly(_known_batch_size(dataset) or replicas, replicas):
         return even_out_last_batch(dataset, replicas)
     return dataset

@@ -10,6 +10,7 @@ from entrypoint.batches import (
     even_out_last_batch,
     is_sharded,
     last_batch_size,
+    pipeline_stages,
     rank_slices,
     share,
     splits_cleanly,
@@ -77,6 +78,25 @@ def test_a_dataset_keeps_its_step_count_and_gives_every_replica_a_sample(tf):
     shares = [[labels.numpy().tolist() for _, labels in rank_slices(evened, r, 4)] for r in range(4)]
     assert sorted(sum(sum(shares, []), [])) == list(range(66))
     assert all(batch for rank in shares for batch in rank)
+
+
+@pytest.mark.parametrize(("samples", "batch", "replicas"), [(66, 16, 4), (1797, 64, 4), (65, 64, 2), (27, 8, 4)])
+def test_known_batches_are_recut_natively_as_the_look_ahead_would(tf, samples, batch, replicas):
+    known = tf.data.Dataset.range(samples).batch(batch).prefetch(1)
+    unknown = tf.data.Dataset.range(samples).filter(lambda i: i >= 0).batch(batch)  # length unknown: look-ahead
+    recut, looked_ahead = even_out_last_batch(known, replicas), even_out_last_batch(unknown, replicas)
+    stages = [type(stage).__name__ for stage in pipeline_stages(recut)]
+    assert stages[0] == "_PrefetchDataset" and "_RebatchDataset" in stages  # native, beneath the script's prefetch
+    assert "_ScanDataset" not in stages  # no function per batch
+    assert [b.numpy().tolist() for b in recut] == [b.numpy().tolist() for b in looked_ahead]
+    assert int(recut.cardinality()) == -(-samples // batch)
+
+
+def test_the_rank_slices_go_beneath_the_scripts_own_prefetch_and_keep_it(tf):
+    dataset = tf.data.Dataset.range(64).batch(16).prefetch(3)
+    sliced = rank_slices(dataset, 1, 2)
+    assert type(sliced).__name__ == "_PrefetchDataset" and int(sliced._buffer_size) == 3
+    assert [b.numpy().tolist() for b in sliced] == [list(range(s + 8, s + 16)) for s in range(0, 64, 16)]
 
 
 def test_an_infinite_or_already_even_dataset_is_unchanged_in_content(tf):
