@@ -12,14 +12,15 @@ overhead   distrain run/launch (checkpoints on, as by default) vs the same work 
            fixed costs left per run)
 perstep    distrain's own per-step work timed directly: its callbacks (stall watchdog, stop check) per step in a
            hot loop and in place (each hook timed inside a real 2-worker MWM fit: workload.py --time-hooks), and
-           its input rewrites as pipelines alone against plain tf.data at a high batch rate, side by side
+           its input rewrites as pipelines alone against plain tf.data at a high batch rate, in one process (epochs
+           alternating; a control row runs plain tf.data against itself), one such process on each core
 startup    time to the first training step: distrain run vs python; and per phase (process and plan, TensorFlow's
            import, strategy and rendezvous, the script to its first step) for 1, 2, 4 and 8 local workers
 scaling    epoch time with 2 workers against 1 on the same numpy data (each worker one core, one intra-op thread):
            MWM and zero-code Horovod through distrain, and Horovod hand-written with sharding as its examples do
 container  apptainer run (the image) vs the same work in the host venv, where an image exists
 comm       all-reduce time against tensor size: MWM ring vs Horovod Gloo vs Horovod MPI, 2 local workers
-Side by side (overhead, perstep): the two variants run at the same time, each with all its processes on one core,
+Side by side (overhead): the two variants run at the same time, each with all its processes on one core,
 then swapped (side_by_side). Elsewhere the variants alternate within each repetition. Every ratio comes with its
 spread, the lowest and highest of the per-repetition ratios.
 """

@@ -26,7 +26,8 @@ def test_benchmarks_smoke_writes_every_ratio(tmp_path):
     assert set(perstep["callbacks"]) == {f"{hook} ({family})" for hook in ("stall watchdog", "stop check", "checkpoint")
                                          for family in ("Keras 3", "tf_keras")}
     assert all(c["us_per_step"] > 0 and 0 < c["share_of_step"] < 1 for c in perstep["callbacks"].values())
-    assert len(perstep["input"]) == 5 and all(r["ratio"] > 0 for r in perstep["input"].values())
+    assert "control: plain tf.data against itself" in perstep["input"] and len(perstep["input"]) == 6
+    assert all(r["ratio"] > 0 and r["cpu_ratio_min"] <= r["cpu_ratio_max"] for r in perstep["input"].values())
     # distrain's callbacks timed in place, inside a real 2-worker fit: each of its callbacks is found and timed
     for family, checkpoint in (("Keras 3", "Keras3Backup"), ("tf_keras", "Backup")):
         in_place = perstep["callbacks_in_place"][family]
