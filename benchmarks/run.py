@@ -13,7 +13,8 @@ overhead   distrain run/launch (checkpoints on, as by default) vs the same work 
 perstep    distrain's own per-step work timed directly: its callbacks (stall watchdog, stop check) per step in a
            hot loop and in place (each hook timed inside a real 2-worker MWM fit: workload.py --time-hooks), and
            its input rewrites as pipelines alone against plain tf.data at a high batch rate, in one process (epochs
-           alternating; a control row runs plain tf.data against itself), one such process on each core
+           alternating; a control row runs plain tf.data against itself), one such process on each core; `input`
+           runs only these
 startup    time to the first training step: distrain run vs python; and per phase (process and plan, TensorFlow's
            import, strategy and rendezvous, the script to its first step) for 1, 2, 4 and 8 local workers
 scaling    epoch time with 2 workers against 1 on the same numpy data (each worker one core, one intra-op thread):
@@ -48,6 +49,7 @@ MPIRUN = ["mpirun", "--allow-run-as-root", "-np", "2", "-x", "PATH", "-mca", "bt
           "-mca", "oob_tcp_if_include", "lo"]
 TARGETS = {"overhead": ">= 0.99 (throughput and CPU ratios)", "startup": "<= 1.05 (time ratio)",
            "perstep": "input ratios >= 0.99; callbacks a small share of a step",
+           "input": "every ratio >= 0.99, as the control row",
            "container": ">= 0.98 (throughput ratio)",
            "scaling": ">= 1.8 speed-up through distrain; zero-code Horovod within 2% of hand-written"}
 FAMILIES = ("keras3", "legacy")
@@ -449,7 +451,8 @@ def report(name: str, data: dict) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("which", choices=["overhead", "perstep", "scaling", "startup", "container", "comm", "all"])
+    parser.add_argument("which", choices=["overhead", "perstep", "input", "scaling", "startup", "container", "comm",
+                                          "all"])
     parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, 1 repetition: checks it runs")
     parser.add_argument("--only", default="", metavar="TEXT",
@@ -467,6 +470,8 @@ def main() -> int:
             data = container(reps, opts.smoke, opts.sif)
         elif name == "overhead":
             data = overhead(reps, opts.smoke, opts.only)
+        elif name == "input":
+            data = input_pipelines(reps, opts.smoke)
         else:
             data = globals()[name](reps, opts.smoke)
         results[name] = data
