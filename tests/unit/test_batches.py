@@ -97,6 +97,12 @@ def test_the_rank_slices_go_beneath_the_scripts_own_prefetch_and_keep_it(tf):
     sliced = rank_slices(dataset, 1, 2)
     assert type(sliced).__name__ == "_PrefetchDataset" and int(sliced._buffer_size) == 3
     assert [b.numpy().tolist() for b in sliced] == [list(range(s + 8, s + 16)) for s in range(0, 64, 16)]
+    options, data = tf.data.Options(), tf.data.experimental.AutoShardPolicy.DATA
+    options.experimental_distribute.auto_shard_policy = data
+    last_options = rank_slices(dataset.with_options(options), 1, 2)  # the multi-worker tutorial's order
+    assert [type(s).__name__ for s in pipeline_stages(last_options)][:2] == ["_OptionsDataset", "_PrefetchDataset"]
+    assert last_options.options().experimental_distribute.auto_shard_policy == data
+    assert [b.numpy().tolist() for b in last_options] == [b.numpy().tolist() for b in sliced]
 
 
 def test_an_infinite_or_already_even_dataset_is_unchanged_in_content(tf):
