@@ -225,11 +225,9 @@ def _even_out(dataset: Any, replicas: int) -> Any:
         return dataset  # ragged, sparse or scalar elements: not batches this can rebalance
     if all(s.shape[0] is not None for s in specs):
         return dataset  # batched with drop_remainder: every batch is full
-    last = last_batch_size(dataset)
-    if last is not None and splits_cleanly(last, replicas):
-        return dataset  # the last batch splits as it is: no look-ahead, no per-batch cost (the common case)
-    if last is not None:
-        return _recut_known_batches(dataset, replicas)
+    layout = batch_layout(dataset)
+    if layout is not None:  # the batches are known from the graph: no look-ahead
+        return _recut_known_batches(dataset, layout, replicas)
 
     def empty(spec: Any) -> Any:
         return tf.zeros([0] + [d if d is not None else 0 for d in spec.shape[1:]], spec.dtype)
@@ -257,16 +255,18 @@ def _even_out(dataset: Any, replicas: int) -> Any:
     return dataset.concatenate(tf.data.Dataset.from_tensors(end_marker)).scan(end_marker, step).skip(1)
 
 
-def _recut_known_batches(dataset: Any, replicas: int) -> Any:
+def _recut_known_batches(dataset: Any, layout: tuple[int, int, bool], replicas: int) -> Any:
     """even_out_last_batch where the batches are known from the graph (batch_layout): TensorFlow's native
     `rebatch` cuts them to batch_bounds' sizes, the same topped-up last batch, without a function per batch (the
-    look-ahead costs 100-120 µs a batch, as much again as a fast pipeline's own work: benchmarks/perstep.py)."""
+    look-ahead costs about 95 µs of CPU a batch, a third of a fast pipeline's own work: benchmarks/perstep.py)."""
     import tensorflow as tf
 
-    samples, size, _ = batch_layout(dataset)
+    samples, size, drop = layout
     sizes = [end - start for start, end in batch_bounds(samples, size, replicas)]
-    if len(sizes) < 2 or sizes[-2] == size:
-        return dataset  # one batch, or the one before could not spare samples: as the look-ahead leaves it
+    if drop or len(sizes) < 2 or sizes[-2] == size:
+        # every batch full, or batch_bounds left them as they are: the last batch splits as it is (the common
+        # case) or the one before could not spare samples. Nothing added, no per-batch cost.
+        return dataset
     return dataset.rebatch(sizes).apply(tf.data.experimental.assert_cardinality(len(sizes)))
 
 
