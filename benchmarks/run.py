@@ -172,6 +172,14 @@ def mean_of_passes(passes: list[dict], *keys: str) -> dict:
     return {key: statistics.mean(p[key] for p in passes) for key in keys}
 
 
+def steady_cpu(bench: dict) -> float:
+    """The chief's CPU seconds (every thread of its process) from the end of the warm-up to the last step: the
+    steps alone, without the start-up and the interpreter's teardown, whose CPU moves by ±0.5 s a process from
+    pass to pass (workload.py's marks)."""
+    marks = bench["cpu_s_at"]
+    return marks["last_step"] - marks["warmed_up"]
+
+
 def overhead(reps: int, smoke: bool, only: str = "") -> dict:
     """Each mode through distrain against the same work hand-written, side by side (`side_by_side`). Each pair
     runs at two lengths: the whole longer run gives the CPU per run (start-up and the checkpoint at the epoch
@@ -209,9 +217,10 @@ def overhead(reps: int, smoke: bool, only: str = "") -> dict:
         runs: dict[str, list] = {"distrain": [], "hand-written": []}
         try:
             for _ in range(reps):
-                pair = [[mean_of_passes(passes, "cpu_s", "images_per_sec") for passes in
-                         side_by_side(([*ours_cmd, *steps], ours_env), ([*hand_cmd, *steps], hand_env),
-                                      swap=not smoke)]
+                pair = [[mean_of_passes([{**p, "steady_cpu_s": steady_cpu(p)} for p in passes], "cpu_s",
+                                        "images_per_sec", "steady_cpu_s")
+                         for passes in side_by_side(([*ours_cmd, *steps], ours_env), ([*hand_cmd, *steps], hand_env),
+                                                    swap=not smoke)]
                         for steps in (short, long)]
                 runs["distrain"].append((pair[0][0], pair[1][0]))
                 runs["hand-written"].append((pair[0][1], pair[1][1]))
@@ -225,6 +234,7 @@ def overhead(reps: int, smoke: bool, only: str = "") -> dict:
         per_step = {side: [(b["cpu_s"] - a["cpu_s"]) / extra for a, b in pairs_] for side, pairs_ in runs.items()}
         # the same samples trained on both sides: CPU per sample compares as CPU per run (or per step)
         cpu = spread(per_run["hand-written"], per_run["distrain"])
+        steady = {side: [b["steady_cpu_s"] for _, b in pairs_] for side, pairs_ in runs.items()}
         step = spread(per_step["hand-written"], per_step["distrain"])
         fixed = [(d - lengths[1] * ds) - (h - lengths[1] * hs) for d, ds, h, hs in
                  zip(per_run["distrain"], per_step["distrain"], per_run["hand-written"], per_step["hand-written"])]
@@ -234,6 +244,8 @@ def overhead(reps: int, smoke: bool, only: str = "") -> dict:
                       "handwritten_cpu_s": statistics.median(per_run["hand-written"]),
                       **{f"cpu_{key}": value for key, value in cpu.items()},
                       **{f"cpu_per_step_{key}": value for key, value in step.items()},
+                      **{f"cpu_steady_{key}": value for key, value in
+                         spread(steady["hand-written"], steady["distrain"]).items()},
                       "distrain_extra_cpu_s_per_run": statistics.median(fixed)}
     shutil.rmtree(state, ignore_errors=True)
     return rows

@@ -182,7 +182,8 @@ def time_distrain_hooks() -> None:
 if args.time_hooks:
     time_distrain_hooks()
 stamps: list[float] = []
-cpu_marks: dict[str, float] = {}
+cpu_marks: dict[str, float] = {}  # the process's CPU seconds at marks of the run
+main_marks: dict[str, float] = {}  # the main thread's (where fit's Python and the callbacks run)
 epochs: list[float] = []
 
 
@@ -191,6 +192,10 @@ class Stamp(tf.keras.callbacks.Callback):
         stamps.append(time.time())
         if len(stamps) == 1:
             cpu_marks["first_step"] = cpu_now()
+        elif len(stamps) == args.warmup:  # steady state from here: the step CPU between these marks is per step
+            cpu_marks["warmed_up"], main_marks["warmed_up"] = cpu_now(), time.thread_time()
+        elif len(stamps) == args.warmup + args.steps:
+            cpu_marks["last_step"], main_marks["last_step"] = cpu_now(), time.thread_time()
 
     def on_epoch_begin(self, epoch, logs=None):
         self._began = time.perf_counter()
@@ -225,7 +230,7 @@ else:
         print("HOOKS " + json.dumps({"rank": rank, "cpu_s": cpu_now(), "hooks": hook_cpu}), flush=True)
     if args.cpu_by_thread:
         print("THREADS " + json.dumps({"rank": rank, "script_start": SCRIPT_START_CPU, **cpu_marks,
-                                         **cpu_by_thread()}), flush=True)
+                                         "main_thread_at": main_marks, **cpu_by_thread()}), flush=True)
     if rank == 0:
         print("BENCH " + json.dumps({"images_per_sec": args.batch / statistics.median(steps),
                                      "first_step": stamps[0], "process_start": process_start(),
