@@ -9,7 +9,8 @@ overhead   distrain run/launch (checkpoints on, as by default) vs the same work 
            MWM x2, Horovod x2), for each Keras family (Keras 3 MWM by hand: with the upstream fixes applied by hand),
            oneDNN as TensorFlow ships it, side by side: throughput, and the CPU seconds of every process of the run
            from the kernel's accounting, per run and per step (two run lengths: the difference is per step, the
-           fixed costs left per run)
+           fixed costs left per run), and the chief's CPU over the steps alone (cpu_steady_ratio: no start-up, no
+           teardown)
 perstep    distrain's own per-step work timed directly: its callbacks (stall watchdog, stop check) per step in a
            hot loop and in place (each hook timed inside a real 2-worker MWM fit: workload.py --time-hooks), and
            its input rewrites as pipelines alone against plain tf.data at a high batch rate, in one process (epochs
