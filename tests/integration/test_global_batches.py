@@ -1,6 +1,10 @@
 """No replica is handed an empty batch (entrypoint/batches.py), so multi-worker MWM keeps oneDNN on: the
 tensorflow#60857 case (4 workers, Conv+ReLU, a last global batch of 2 samples) trains to the end on both Keras
-families, with tf.data and numpy input and with the script's own strategy; without distrain it fails."""
+families, with tf.data and numpy input and with the script's own strategy; without distrain it fails.
+
+TensorFlow turns oneDNN on by default only on CPUs with AVX-512 (VNNI, BF16, AMX): on an AVX2-only CPU (the AMD
+EPYC VMs here) it is off and the case cannot fail. These tests turn it on (TF_ENABLE_ONEDNN_OPTS=1), as it is on
+the users' Intel nodes, so that they test the same thing on every x86 CPU."""
 
 import json
 import subprocess
@@ -13,16 +17,18 @@ from entrypoint.launcher import free_ports
 from helpers import DISTRAIN, KERAS_FAMILIES, ROOT, assert_trained_in_sync, clean_env, keras_env, run
 
 SCRIPT = "tests/integration/scripts/short_last_batch.py"
+ONEDNN_ON = {"TF_ENABLE_ONEDNN_OPTS": "1"}  # whatever the CPU's default (see the module doc)
 
 
 @pytest.mark.parametrize("family", [pytest.param("keras3", marks=pytest.mark.core), "legacy"])
 def test_a_last_batch_smaller_than_the_workers_trains_with_onednn_on(family):
     assert family in KERAS_FAMILIES
     for extra in ([], ["--samples", "69"], ["--numpy", "--own-strategy"]):
-        out = run([DISTRAIN, "launch", "-n", "4", SCRIPT, *extra], env=keras_env(family), timeout=600)
+        out = run([DISTRAIN, "launch", "-n", "4", SCRIPT, *extra], env={**keras_env(family), **ONEDNN_ON},
+                  timeout=600)
         assert out.returncode == 0, out.stdout[-4000:]
         found = assert_trained_in_sync(out.stdout, workers=4)
-        assert {r["onednn"] for r in found} == {"default"}  # distrain no longer turns oneDNN off
+        assert {r["onednn"] for r in found} == {"1"}  # distrain leaves oneDNN on (it once turned it off)
 
 
 def test_negative_control_plain_tensorflow_fails_on_the_case(tmp_path):
@@ -36,7 +42,7 @@ def test_negative_control_plain_tensorflow_fails_on_the_case(tmp_path):
         log = open(tmp_path / f"worker{index}.log", "w")  # noqa: SIM115 - closed below
         procs.append((subprocess.Popen([sys.executable, SCRIPT, "--own-strategy"], cwd=ROOT, stdout=log,
                                        stderr=subprocess.STDOUT, env={**clean_env(TF_USE_LEGACY_KERAS="1"),
-                                                                      "TF_CONFIG": config}), log))
+                                                                      **ONEDNN_ON, "TF_CONFIG": config}), log))
     deadline = time.monotonic() + 300
     try:  # the workers whose peers failed wait on a collective: stop at the first failure
         while time.monotonic() < deadline and not any(p.poll() not in (None, 0) for p, _ in procs) \
