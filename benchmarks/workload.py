@@ -192,9 +192,9 @@ class Stamp(tf.keras.callbacks.Callback):
         stamps.append(time.time())
         if len(stamps) == 1:
             cpu_marks["first_step"] = cpu_now()
-        elif len(stamps) == args.warmup:  # steady state from here: the step CPU between these marks is per step
+        if len(stamps) == args.warmup:  # steady state from here (with --warmup 1 too, where it is the first step)
             cpu_marks["warmed_up"], main_marks["warmed_up"] = cpu_now(), time.thread_time()
-        elif len(stamps) == args.warmup + args.steps:
+        if len(stamps) == args.warmup + args.steps:
             cpu_marks["last_step"], main_marks["last_step"] = cpu_now(), time.thread_time()
 
     def on_epoch_begin(self, epoch, logs=None):

@@ -2,9 +2,9 @@
 tensorflow#60857 case (4 workers, Conv+ReLU, a last global batch of 2 samples) trains to the end on both Keras
 families, with tf.data and numpy input and with the script's own strategy; without distrain it fails.
 
-TensorFlow turns oneDNN on by default only on CPUs with AVX-512 (VNNI, BF16, AMX): on an AVX2-only CPU (the AMD
-EPYC VMs here) it is off and the case cannot fail. These tests turn it on (TF_ENABLE_ONEDNN_OPTS=1), as it is on
-the users' Intel nodes, so that they test the same thing on every x86 CPU."""
+TensorFlow turns oneDNN on by default only on CPUs with AVX-512 VNNI or BF16, AVX-VNNI or AMX: on an AVX2-only
+CPU (the AMD EPYC VMs here) it is off and the case cannot fail. These tests turn it on (TF_ENABLE_ONEDNN_OPTS=1),
+as it is by default on CPUs that have those, so that they test the same thing on every x86 CPU."""
 
 import json
 import subprocess
