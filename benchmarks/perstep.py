@@ -4,9 +4,9 @@
     python benchmarks/perstep.py input NAME [--reps N] [--smoke]
 
 - callbacks (under `distrain run`, so the Plan and engine are real): the per-step hooks
-  (`on_train_batch_begin/end`) of the callbacks distrain adds to `fit`: the stall watchdog (with its thread
-  running), the stop check and the checkpoint callback of the Keras family DISTRAIN_KERAS chose (DISTRAIN_CHECKPOINT
-  on), called as fit calls them, in microseconds per step;
+  (`on_train_batch_begin/end`, and the step observers steps.py calls) of the callbacks distrain adds to `fit`:
+  the stall watchdog (with its thread running), the stop check and the checkpoint callback of the Keras family
+  DISTRAIN_KERAS chose (DISTRAIN_CHECKPOINT on), called as fit calls them, in microseconds per step;
 - input: one of distrain's rewrites as a tf.data pipeline alone and what the script would get without it (its
   baseline), in one process, epochs of the two alternating (the order swapped every repetition), iterated at a
   high batch rate: each side's median epoch, in wall seconds and in the CPU seconds of the process (what a VM's
@@ -44,7 +44,9 @@ from entrypoint import batches  # noqa: E402
 
 
 def callback_cost(callback, calls: int) -> float:
-    """Microseconds per step of a callback's per-step hooks (the median of the repetitions)."""
+    """Microseconds per step of a callback's per-step hooks (the median of the repetitions): its batch hooks, and
+    its step observer (entrypoint/steps.py) where it has one, as the train function calls it."""
+    observe = getattr(callback, "step_ended", None)
     callback.on_train_begin()
     callback.on_epoch_begin(0)
     per_rep = []
@@ -53,6 +55,8 @@ def callback_cost(callback, calls: int) -> float:
         for step in range(calls):
             callback.on_train_batch_begin(step)
             callback.on_train_batch_end(step)
+            if observe is not None:
+                observe(step)
         per_rep.append((time.perf_counter() - start) / calls * 1e6)
     callback.on_epoch_end(0)
     callback.on_train_end()

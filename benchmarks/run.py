@@ -340,6 +340,11 @@ INPUT_PIPELINES = ("control: plain tf.data against itself", "positioned numpy (e
                    "even last batch (MWM), last batch of 1 topped up", "rank slices (Horovod)")
 
 
+def _per_step(hook: str) -> bool:
+    """A batch hook, or the step observers called after each train-function call (entrypoint/steps.py)."""
+    return "_batch_" in hook or hook.startswith("StepEnds.")
+
+
 def hooks_in_place(smoke: bool) -> dict:
     """distrain's callbacks timed in place (workload.py --time-hooks): `distrain launch -n 2`, both workers on one
     core as in `overhead`, for each Keras family. Per worker: each per-step hook's CPU per call, each once-a-run
@@ -364,8 +369,8 @@ def hooks_in_place(smoke: bool) -> dict:
         rows[label] = {
             "steps": steps + 20,
             "per_step_hook_us": {name: 1e6 * mean[name] / calls[name] for name in names
-                                 if "_batch_" in name and calls[name]},
-            "once_a_run_ms": {name: 1e3 * mean[name] for name in names if "_batch_" not in name},
+                                 if _per_step(name) and calls[name]},
+            "once_a_run_ms": {name: 1e3 * mean[name] for name in names if not _per_step(name)},
             "all_hooks_ms_per_worker": 1e3 * per_worker,
             "share_of_run_cpu": workers * per_worker / account["cpu_s"],
         }

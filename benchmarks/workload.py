@@ -163,7 +163,9 @@ def time_distrain_hooks() -> None:
             if not type(callback).__module__.startswith("entrypoint"):
                 continue
             for hook in HOOKS:
-                setattr(callback, hook, timed(getattr(callback, hook), f"{type(callback).__name__}.{hook}"))
+                method = getattr(callback, hook)
+                if not getattr(method, "_is_default", False):  # the class's own, not Keras' inherited no-op
+                    setattr(callback, hook, timed(method, f"{type(callback).__name__}.{hook}"))
 
     def timed(method, key):
         def call(*a, **k):
@@ -177,6 +179,9 @@ def time_distrain_hooks() -> None:
         return call
 
     cls.__init__ = init
+    from entrypoint import steps  # the step observers, called from the train function (steps.py), all in one
+
+    steps.StepEnds.call_ended = timed(steps.StepEnds.call_ended, "StepEnds.call_ended")
 
 
 if args.time_hooks:

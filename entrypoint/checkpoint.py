@@ -242,10 +242,11 @@ def _keras3_backup(plan: Plan, keras: Any) -> Any:
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             self._epoch = epoch
 
-        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            self._steps += 1
-            if self.save_freq != "epoch" and self._steps % self.save_freq == 0:
-                self._save(*_after(self, self._epoch, batch)) if self.exact else self._save(self._epoch)
+        if plan.checkpoint_every:  # only then a batch hook, called at every step
+            def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+                self._steps += 1
+                if self._steps % self.save_freq == 0:
+                    self._save(*_after(self, self._epoch, batch)) if self.exact else self._save(self._epoch)
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             if self.save_freq == "epoch":

@@ -1,9 +1,10 @@
 """Run an unmodified user script under the engine, with the zero-code hooks.
 
 The hooks patch the Keras `Model` class in use (tf_keras by default): `compile` wraps the optimizer for Horovod,
-`fit` adds the broadcast / metric-average / checkpoint / signal callbacks and silences progress on non-chief
-ranks, `save` goes through the atomic, chief-only `checkpoint.save_model`. DISTRAIN_HOOKS=0 turns them all off
-(for scripts that already distribute themselves); the public API works either way.
+`fit` adds the broadcast / metric-average / checkpoint / signal callbacks (their per-step work observes the train
+function instead of a batch hook: steps.py) and silences progress on non-chief ranks, `save` goes through the
+atomic, chief-only `checkpoint.save_model`. DISTRAIN_HOOKS=0 turns them all off (for scripts that already
+distribute themselves); the public API works either way.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 import threading
 from typing import Any
 
-from . import batches, checkpoint, resume, stalls, stopping, sync
+from . import batches, checkpoint, resume, stalls, steps, stopping, sync
 from .compat import adopt
 from .engines import Engine
 from .log import configure as configure_log
@@ -63,10 +64,13 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
         if plan.checkpoint_dir and not any(isinstance(c, keras.callbacks.BackupAndRestore) for c in user):
             backup = checkpoint.make_backup_callback(plan, keras)
             after.append(backup)
-        after.append(stopping.make_callback(plan, keras, tf, engine, backup))
+        stop = stopping.make_callback(plan, keras, tf, engine, backup)
+        after.append(stop)
         configure_log(f"[{engine.rank}/{engine.size}]")  # the ranks now: Horovod elastic renumbers them in a reset
+        watch = stalls.make_callback(plan, keras)
+        step_ends = steps.StepEnds([watch.step_ended, stop.step_ended])  # per step, without a batch callback
         # first of all: an epoch's end is a pause for the stall watchdog before the script's callbacks run
-        args_["callbacks"] = [stalls.make_callback(plan, keras), *before, *user, *after]
+        args_["callbacks"] = [steps.make_callback(keras, step_ends), watch, *before, *user, *after]
         position = _position_input(engine, self, args_, user) if backup is not None else None
         if backup is not None:
             backup.exact, backup.expected = position is not None, position
@@ -75,7 +79,7 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
             args_["verbose"] = 0
         elif "verbose" not in args_ and not sys.stdout.isatty():
             args_["verbose"] = 2  # one line per epoch in batch logs instead of a progress bar per step
-        with resume.starting_at(plan.keras, self, position):
+        with resume.starting_at(plan.keras, self, position), steps.observed(self, step_ends):
             return orig_fit(*bound.args, **bound.kwargs)
 
     @_once

@@ -4,11 +4,12 @@ A rank alive but stuck (a blocked read, a deadlocked input pipeline) leaves the 
 forever: TensorFlow's MWM has no collective timeout by default, and its coordination service's heartbeat runs in
 C++, so a stuck Python rank still looks alive. distrain watches progress itself, on every rank:
 
-- a watchdog thread sees the steps end (a callback placed first among fit's callbacks, so an epoch's end is
-  seen before any of the script's own epoch-end callbacks run). In steady training, a step that has not ended
-  within max(10 x the median step time, DISTRAIN_STALL_SECONDS=120) is a stall. The first step of each epoch
-  (compilation, reshuffling), validation and epoch-end callbacks (a chief writing a report) get
-  DISTRAIN_STALL_PAUSE_SECONDS (30 min). A rank that is only slower makes every step slower: not a stall.
+- a watchdog thread sees the steps end (steps.py tells it, after each call of the train function; its callback,
+  placed first among fit's callbacks, sees an epoch's end before any of the script's own epoch-end callbacks).
+  In steady training, a step that has not ended within max(10 x the median step time,
+  DISTRAIN_STALL_SECONDS=120) is a stall. The first step of each epoch (compilation, reshuffling), validation
+  and epoch-end callbacks (a chief writing a report) get DISTRAIN_STALL_PAUSE_SECONDS (30 min).
+  A rank that is only slower makes every step slower: not a stall.
 - on a stall every rank prints its Python stacks (all threads), prefixed with its rank, and looks for a thread
   inside the script's own code (a tf.data `numpy_function`, a generator, a callback): that is where a stuck rank
   is stuck, while the ranks waiting for it sit in TensorFlow. The ranks leave what they found in the run's state
@@ -108,7 +109,8 @@ def make_callback(plan: Plan, keras: Any) -> Any:
             progress.epoch, progress.step, progress.paused = epoch, 0, True
             progress.last = time.monotonic()
 
-        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        def step_ended(self, batch: int) -> None:
+            """A step observer (steps.py), not a batch hook: a per-batch callback costs every step (steps.py)."""
             now = time.monotonic()
             if not progress.paused:
                 progress.durations.append(now - progress.last)

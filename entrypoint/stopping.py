@@ -87,7 +87,12 @@ def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Any) -> 
     writes the timed checkpoints (DISTRAIN_CHECKPOINT_MINUTES) at steps all ranks agree on. Under Horovod elastic,
     a callback that does nothing: no agreed stop, no checkpoints of distrain's (see `install`)."""
     if plan.elastic:
-        return keras.callbacks.Callback()
+
+        class NoAgreedStop(keras.callbacks.Callback):
+            def step_ended(self, batch: int) -> None:
+                pass
+
+        return NoAgreedStop()
     reduce_sum = _reducer(plan, tf, engine)
     every_seconds = plan.stop_check_seconds
     timed = plan.checkpoint_minutes * 60 if backup is not None else 0.0
@@ -95,7 +100,7 @@ def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Any) -> 
     class StopAndCheckpoint(keras.callbacks.Callback):
         def __init__(self) -> None:
             super().__init__()
-            self._supports_tf_logs = True  # no per-step conversion of logs to numpy (a sync point)
+            self._supports_tf_logs = True  # its epoch hooks read no logs: none converted to numpy for it
             self._epoch = 0
             self._steps = 0
             self._next_check = 1  # the first step (compilation) is measured too
@@ -123,7 +128,8 @@ def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Any) -> 
             if backup is not None and getattr(backup, "save_freq", "epoch") == "epoch":
                 self._saved_at = time.monotonic()
 
-        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        def step_ended(self, batch: int) -> None:
+            """A step observer (steps.py), not a batch hook: a per-batch callback costs every step (steps.py)."""
             self._steps += 1
             self._steps_since += 1
             if self._steps < self._next_check:

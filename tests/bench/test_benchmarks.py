@@ -29,10 +29,12 @@ def test_benchmarks_smoke_writes_every_ratio(tmp_path):
     assert all(c["us_per_step"] > 0 and 0 < c["share_of_step"] < 1 for c in perstep["callbacks"].values())
     assert "control: plain tf.data against itself" in perstep["input"] and len(perstep["input"]) == 6
     assert all(r["ratio"] > 0 and r["cpu_ratio_min"] <= r["cpu_ratio_max"] for r in perstep["input"].values())
-    # distrain's callbacks timed in place, inside a real 2-worker fit: each of its callbacks is found and timed
+    # distrain's callbacks timed in place, inside a real 2-worker fit: each of its callbacks is found and timed,
+    # the per-step work of the stall watchdog and the stop check where the train function calls it (steps.py)
     for family, checkpoint in (("Keras 3", "Keras3Backup"), ("tf_keras", "Backup")):
         in_place = perstep["callbacks_in_place"][family]
-        timed = {hook.split(".")[0] for hook in in_place["per_step_hook_us"]}
+        assert "StepEnds.call_ended" in in_place["per_step_hook_us"], in_place["per_step_hook_us"]
+        timed = {hook.split(".")[0] for hook in in_place["once_a_run_ms"]}
         assert {"WatchForStalls", "StopAndCheckpoint", checkpoint} <= timed, timed
         assert in_place["once_a_run_ms"][f"{checkpoint}.on_epoch_end"] > 0  # the checkpoint written at the end
         assert 0 < in_place["share_of_run_cpu"] < 1

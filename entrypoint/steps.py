@@ -1,0 +1,98 @@
+"""fit's step ends, seen without a per-batch Keras callback.
+
+distrain's per-step work (the stall watchdog's clock, the stop check's step count) ran in `on_train_batch_end`
+hooks. On tf_keras, a callback with a per-batch hook costs every step even when nothing is due, in the
+machinery around it more than in the hook: tf_keras runs its CallbackList batch machinery (log processing,
+timing checks) only when some callback implements a batch hook (`_should_call_train_batch_hooks`), so a script
+with none, printing a line per epoch (verbose 2, distrain's default outside a terminal) or nothing (verbose 0,
+every rank but the chief), has no per-batch callback work at all. (Keras 3 on TensorFlow calls every callback's
+batch hooks at every step anyway; there only the hooks' own bodies are saved.)
+
+So distrain observes the steps in a thin wrapper around the model's train function, installed for the length of
+one `fit`: after each call, each observer gets the index of the last batch that call ran. With
+steps_per_execution above 1 that is the true one, where Keras' report differs by version (Keras 3.3 passes a
+call's first batch, Keras 3.15 its last as if the call ran full). The stop check's collective and checkpoint stay
+on the training thread, between steps, as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+StepObserver = Callable[[int], None]
+
+
+class StepEnds:
+    """The batch index within the epoch that the last train-function call ended at, and who wants to know."""
+
+    def __init__(self, observers: list[StepObserver]) -> None:
+        self.observers = observers
+        self.batch = -1  # no step ended yet in this epoch
+        self.steps_per_epoch: int | None = None
+        self.steps_per_call = 1
+
+    def epoch_began(self, steps_per_epoch: int | None) -> None:
+        self.batch, self.steps_per_epoch = -1, steps_per_epoch
+
+    def call_ended(self) -> None:
+        batch = self.batch + self.steps_per_call
+        if self.steps_per_epoch:  # an epoch's last call runs only the steps left (Keras truncates it)
+            batch = min(batch, self.steps_per_epoch - 1)
+        self.batch = batch
+        for observer in self.observers:
+            observer(batch)
+
+
+def make_callback(keras: Any, step_ends: StepEnds) -> Any:
+    """Resets the count at each epoch's start (an epoch hook: no per-batch callback work)."""
+
+    class CountStepsPerEpoch(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            step_ends.epoch_began((self.params or {}).get("steps"))
+
+    return CountStepsPerEpoch()
+
+
+def steps_per_call(model: Any) -> int:
+    """How many batches one train-function call runs: compile's steps_per_execution (a tf.Variable on tf_keras,
+    an int on Keras 3)."""
+    value = getattr(model, "_steps_per_execution", None)
+    if value is None:
+        value = getattr(model, "steps_per_execution", 1)
+    return max(1, int(value.numpy() if hasattr(value, "numpy") else value or 1))
+
+
+@contextlib.contextmanager
+def observed(model: Any, step_ends: StepEnds) -> Iterator[None]:
+    """For the length of one fit: the train function fit makes (both Keras families call `make_train_function`
+    and then use `model.train_function`) calls `step_ends` after each call. Afterwards the model has its own
+    train function back, so `train_on_batch` and a later fit see no trace of this one."""
+    make_original = model.make_train_function  # the class's, a subclass's override, or the instance's own
+    own = vars(model).get("make_train_function")
+
+    def make_train_function(*args: Any, **kwargs: Any) -> Any:
+        make_original(*args, **kwargs)  # sets model.train_function (Keras 3.3 returns nothing)
+        function = getattr(model.train_function, "_distrain_unobserved", model.train_function)
+        step_ends.steps_per_call = steps_per_call(model)
+
+        def train_function(*call_args: Any, **call_kwargs: Any) -> Any:
+            logs = function(*call_args, **call_kwargs)
+            step_ends.call_ended()
+            return logs
+
+        train_function._distrain_unobserved = function
+        model.train_function = train_function
+        return train_function
+
+    object.__setattr__(model, "make_train_function", make_train_function)  # no Keras attribute tracking
+    try:
+        yield
+    finally:
+        object.__delattr__(model, "make_train_function")
+        if own is not None:
+            object.__setattr__(model, "make_train_function", own)
+        unobserved = getattr(getattr(model, "train_function", None), "_distrain_unobserved", None)
+        if unobserved is not None:
+            model.train_function = unobserved

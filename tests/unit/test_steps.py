@@ -1,0 +1,90 @@
+"""distrain's per-step work sees fit's steps from the train function, not from a batch callback (steps.py):
+the same batch indices Keras hands `on_train_batch_end`, and no per-step callback work asked of Keras."""
+
+import importlib
+
+import numpy as np
+import pytest
+
+from entrypoint import stalls, steps, stopping
+from entrypoint.plan import detect
+
+FAMILIES = ["keras", "tf_keras"]
+
+
+def test_each_call_ends_at_the_batch_keras_would_report():
+    seen = []
+    step_ends = steps.StepEnds([seen.append])
+    step_ends.steps_per_call = 3
+    step_ends.epoch_began(10)
+    for _ in range(4):
+        step_ends.call_ended()
+    assert seen == [2, 5, 8, 9]  # the epoch's last call runs the one step left
+    step_ends.epoch_began(None)  # unknown length: nothing to cap at
+    step_ends.call_ended()
+    assert seen[-1] == 2
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def keras(request):
+    return importlib.import_module(request.param)
+
+
+def tiny_model(keras, steps_per_execution):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse", steps_per_execution=steps_per_execution)
+    return model
+
+
+@pytest.mark.core
+@pytest.mark.filterwarnings("ignore:Your input ran out of data")  # Keras 3.3 ends an epoch's last partial call so
+@pytest.mark.parametrize("steps_per_execution", [1, 3])
+def test_the_observers_see_the_batches_keras_reports(keras, steps_per_execution):
+    class Reported(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.batches = []
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.batches.append(batch)
+
+    x, y = np.ones((40, 4), "float32"), np.ones((40, 1), "float32")
+    model = tiny_model(keras, steps_per_execution)
+    for _ in range(2):  # a second fit: observed once, not twice
+        observed, reported = [], Reported()
+        step_ends = steps.StepEnds([observed.append])
+        with steps.observed(model, step_ends):
+            model.fit(x, y, batch_size=4, epochs=2, verbose=0,
+                      callbacks=[steps.make_callback(keras, step_ends), reported])
+        # Keras reports a call's first batch (Keras 3.3) or its last as if the call ran full (3.15): the observers
+        # get the last batch it really ran
+        spe = steps_per_execution
+        assert observed == [min(batch - batch % spe + spe - 1, 9) for batch in reported.batches]
+        assert len(observed) >= 2 * (10 // spe)
+    assert "make_train_function" not in vars(model)
+    assert not hasattr(model.train_function, "_distrain_unobserved")  # the model's own function is back
+    if steps_per_execution == 1:  # (tf_keras' train_on_batch runs steps_per_execution batches)
+        model.train_on_batch(x[:4], y[:4])
+
+
+@pytest.mark.core
+def test_distrains_callbacks_ask_keras_for_no_per_step_work(keras, tmp_path, monkeypatch):
+    """tf_keras then skips its batch machinery; Keras 3 calls no batch hook of distrain's."""
+    monkeypatch.setenv("DISTRAIN_WORK_DIR", str(tmp_path))
+    plan = detect({"DISTRAIN_CHECKPOINT": "0"}, gpus=[])
+    model = tiny_model(keras, 1)
+    watch, stop = stalls.make_callback(plan, keras), stopping.make_callback(plan, keras, None, None, None)
+    distrains = [steps.make_callback(keras, steps.StepEnds([watch.step_ended, stop.step_ended])), watch, stop]
+
+    class PerBatch(keras.callbacks.Callback):  # the negative control: a callback with a batch hook
+        def on_train_batch_end(self, batch, logs=None):
+            pass
+
+    for callbacks, per_step in ((distrains, False), ([*distrains, PerBatch()], True)):
+        if keras.__name__ == "tf_keras":
+            listed = keras.callbacks.CallbackList(callbacks, model=model, add_history=True, add_progbar=True,
+                                                  verbose=2, epochs=1, steps=10)
+            assert listed._should_call_train_batch_hooks is per_step
+        else:
+            hooks = [type(c).on_train_batch_end is not keras.callbacks.Callback.on_train_batch_end for c in callbacks]
+            assert any(hooks) is per_step
