@@ -37,7 +37,7 @@ def tiny_model(keras, steps_per_execution):
 
 
 @pytest.mark.core
-@pytest.mark.filterwarnings("ignore:Your input ran out of data")  # Keras 3.3 ends an epoch's last partial call so
+@pytest.mark.filterwarnings("ignore:Your input ran out of data")  # Keras 3.3 warns at a partial last call
 @pytest.mark.parametrize("steps_per_execution", [1, 3])
 def test_the_observers_see_the_batches_keras_reports(keras, steps_per_execution):
     class Reported(keras.callbacks.Callback):
