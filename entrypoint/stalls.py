@@ -110,7 +110,7 @@ def make_callback(plan: Plan, keras: Any) -> Any:
             progress.last = time.monotonic()
 
         def step_ended(self, batch: int) -> None:
-            """A step observer (steps.py), not a batch hook: a per-batch callback costs every step (steps.py)."""
+            """Called after each train-function call (steps.py): a batch hook would cost every step."""
             now = time.monotonic()
             if not progress.paused:
                 progress.durations.append(now - progress.last)

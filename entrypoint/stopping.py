@@ -129,7 +129,7 @@ def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Any) -> 
                 self._saved_at = time.monotonic()
 
         def step_ended(self, batch: int) -> None:
-            """A step observer (steps.py), not a batch hook: a per-batch callback costs every step (steps.py)."""
+            """Called after each train-function call (steps.py): a batch hook would cost every step."""
             self._steps += 1
             self._steps_since += 1
             if self._steps < self._next_check:

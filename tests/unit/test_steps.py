@@ -1,5 +1,6 @@
 """distrain's per-step work sees fit's steps from the train function, not from a batch callback (steps.py):
-the same batch indices Keras hands `on_train_batch_end`, and no per-step callback work asked of Keras."""
+the last batch each call really ran (what Keras hands `on_train_batch_end` with one step a call; with more, Keras'
+report differs by version), and no per-step callback work asked of Keras."""
 
 import importlib
 
@@ -12,7 +13,7 @@ from entrypoint.plan import detect
 FAMILIES = ["keras", "tf_keras"]
 
 
-def test_each_call_ends_at_the_batch_keras_would_report():
+def test_each_call_ends_at_the_last_batch_it_ran():
     seen = []
     step_ends = steps.StepEnds([seen.append])
     step_ends.steps_per_call = 3
@@ -39,7 +40,7 @@ def tiny_model(keras, steps_per_execution):
 @pytest.mark.core
 @pytest.mark.filterwarnings("ignore:Your input ran out of data")  # Keras 3.3 warns at a partial last call
 @pytest.mark.parametrize("steps_per_execution", [1, 3])
-def test_the_observers_see_the_batches_keras_reports(keras, steps_per_execution):
+def test_the_observers_see_the_batches_fit_ran(keras, steps_per_execution):
     class Reported(keras.callbacks.Callback):
         def __init__(self):
             super().__init__()
