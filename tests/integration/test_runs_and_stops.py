@@ -29,6 +29,17 @@ def read_until(proc, pattern: str, timeout: float = 180) -> str:
     return "".join(seen)
 
 
+def read_until_every_rank_is_in_its_first_step(proc, ranks: int = 2, timeout: float = 180) -> str:
+    """Output up to where every rank of slow_steps.py has started reading its first batch: inside fit, past the
+    start-up (a fixed sleep after the start is too short on a loaded machine)."""
+    seen, deadline = "", time.monotonic() + timeout
+    for line in proc.stdout:
+        seen += line
+        if all(f"rank {rank} reads its first batch" in seen for rank in range(ranks)) or time.monotonic() > deadline:
+            break
+    return seen
+
+
 def gone(pgid: int) -> bool:
     """No process of this process group is left (zombies count as gone)."""
     for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -134,10 +145,10 @@ def test_a_timed_checkpoint_survives_a_hard_kill(tmp_path):
 
 def test_launch_kills_a_stuck_worker_after_the_kill_wait_and_leaves_nothing_behind(tmp_path):
     env = clean_env(DISTRAIN_OUTPUT_DIR=str(tmp_path), DISTRAIN_KILL_WAIT="10")
-    # the second step blocks for 1000 s: the workers never reach a point where they could stop
+    # the first step blocks for 1000 s: the workers never reach a point where they could stop
     proc = start([DISTRAIN, "launch", "-n", "2", SLOW, "--step-seconds", "1000", "--epochs", "1"], env)
-    read_until(proc, r"rank 1 of 2")
-    time.sleep(5)
+    head = read_until_every_rank_is_in_its_first_step(proc)
+    assert "rank 1 reads its first batch" in head, head
     sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     rest = proc.stdout.read()

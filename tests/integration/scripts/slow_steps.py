@@ -53,6 +53,7 @@ def slow(features, label):
         if my_rank() == args.stuck_rank and batches_read > args.stuck_after:
             read_batch_from_a_share_that_hangs()
         if batches_read == 1:
+            print(f"rank {my_rank()} reads its first batch", flush=True)  # in fit: past the start-up
             time.sleep(args.first_step_seconds)
         time.sleep(args.step_seconds * (2 if my_rank() == args.slower_rank else 1))
         return value
