@@ -12,7 +12,8 @@ overhead   distrain run/launch (checkpoints on, as by default) vs the same work 
            fixed costs left per run), and the chief's CPU over the steps alone (cpu_steady_ratio: no start-up, no
            teardown)
 perstep    distrain's own per-step work timed directly: its callbacks (stall watchdog, stop check) per step in a
-           hot loop and in place (each hook timed inside a real 2-worker MWM fit: workload.py --time-hooks), and
+           hot loop and in place (each hook timed inside a real 2-worker MWM fit: workload.py --time-hooks), its
+           step observers against a batch callback (benchmarks/step_observers.py: CPU and Python calls a step), and
            its input rewrites as pipelines alone against plain tf.data at a high batch rate, in one process (epochs
            alternating; a control row runs plain tf.data against itself), one such process on each core; `input`
            runs only these
@@ -395,7 +396,20 @@ def perstep(reps: int, smoke: bool) -> dict:
     callbacks = {name: {"us_per_step": us, "share_of_step": us * 1e-6 / step_s}
                  for name, us in hooks.items()}
     return {"workload_step_ms": 1000 * step_s, "callbacks": callbacks, "callbacks_in_place": hooks_in_place(smoke),
-            "input": input_pipelines(reps, smoke)}
+            "observers": step_observers(reps, smoke), "input": input_pipelines(reps, smoke)}
+
+
+def step_observers(reps: int, smoke: bool) -> dict:
+    """distrain's per-step work as a batch callback, as a train-function observer (entrypoint/steps.py), and
+    neither, in one process on one core (benchmarks/step_observers.py), for each Keras family: the training
+    thread's CPU and its Python calls per step, each way."""
+    script = str(ROOT / "benchmarks" / "step_observers.py")
+    options = ["--reps", str(max(reps, 3)), "--steps", "200" if smoke else "2000"]
+    rows = {}
+    for family, label in (("keras3", "Keras 3"), ("legacy", "tf_keras")):
+        rows[label], _ = bench_line(["taskset", "-c", "0", sys.executable, script, *options], "OBSERVERS",
+                                    {"TF_USE_LEGACY_KERAS": str(int(family == "legacy")), **PINNED})
+    return rows
 
 
 def input_pipelines(reps: int, smoke: bool) -> dict:

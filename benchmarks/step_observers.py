@@ -1,13 +1,14 @@
 """distrain's per-step work as a batch callback against as an observer of the train function (entrypoint/steps.py),
 and neither, in one process: epochs of a short-step fit (a tiny dense model, about 0.5 ms of the training
-thread's CPU a step) alternating between the three, the order rotated every repetition. tf_keras, where a batch
-callback switches the per-batch callback machinery on.
+thread's CPU a step) alternating between the three, the order rotated every repetition. On tf_keras a batch
+callback switches the per-batch callback machinery on; Keras 3 on TensorFlow calls every batch hook anyway.
 
-    TF_USE_LEGACY_KERAS=1 DISTRAIN_WORK_DIR=$(mktemp -d) taskset -c 0 .venv/bin/python benchmarks/step_observers.py
+    TF_USE_LEGACY_KERAS=1 taskset -c 0 .venv/bin/python benchmarks/step_observers.py     (or 0: Keras 3)
 
-Prints `OBSERVERS {...}`: the training thread's CPU per step, median epoch of each way, in microseconds, and the
-Python calls (function and builtin calls, `sys.setprofile`) the training thread makes per step each way: a count
-that a noisy VM cannot blur, where 50 µs of a 550 µs step is within one epoch's spread.
+`benchmarks/run.py perstep` runs it for both Keras families. Prints `OBSERVERS {...}`: the training thread's CPU
+per step, median epoch of each way, in microseconds, and the Python calls (function and builtin calls,
+`sys.setprofile`) the training thread makes per step each way: a count that a noisy VM cannot blur, where 50 µs
+of a 550 µs step is within one epoch's spread.
 """
 
 import argparse

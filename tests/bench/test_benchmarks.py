@@ -38,6 +38,12 @@ def test_benchmarks_smoke_writes_every_ratio(tmp_path):
         assert {"WatchForStalls", "StopAndCheckpoint", checkpoint} <= timed, timed
         assert in_place["once_a_run_ms"][f"{checkpoint}.on_epoch_end"] > 0  # the checkpoint written at the end
         assert 0 < in_place["share_of_run_cpu"] < 1
+    # the step observers against a batch callback and neither, both families: CPU and Python calls a step
+    assert set(perstep["observers"]) == {"Keras 3", "tf_keras"}
+    for row in perstep["observers"].values():
+        ways = {"none", "batch callback", "train-function observer"}
+        assert set(row["us_per_step"]) == ways and all(row["us_per_step"][way] > 0 for way in ways)
+        assert row["python_calls_per_step"]["batch callback"] > row["python_calls_per_step"]["none"] > 100
     phases = results["startup"]["phases_s_by_workers"]
     assert set(phases) == {"1 worker(s)", "2 worker(s)"}
     assert all(p["total"] > 0 and p["TensorFlow import"] > 0 for p in phases.values())
