@@ -44,7 +44,7 @@ setup_venv() {  # VENV TF_VERSION KERAS_VERSION
   have tf-keras "$tfk" || pip install --no-deps "tf-keras==$tfk"
   # TensorFlow 2.21 no longer pulls TensorBoard in; scripts with Keras' TensorBoard callback need it
   "$venv/bin/python" -c "import importlib.metadata as m; m.version('tensorboard')" 2>/dev/null || pip install tensorboard
-  if ! "$venv/bin/python" -c "import importlib.metadata as m, entrypoint, typer, spython, pytest, sklearn; m.version('distrain')" 2>/dev/null; then
+  if ! "$venv/bin/python" -c "import importlib.metadata as m, entrypoint, typer, spython, pytest, xdist, sklearn; m.version('distrain')" 2>/dev/null; then
     say "installing distrain (editable) and test tools into $venv"; pip install -e ".[test]"
   fi
   have tensorflow-cpu "$tf" || { echo "install.sh: tensorflow-cpu $tf got replaced in $venv" >&2; exit 1; }

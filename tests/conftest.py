@@ -1,4 +1,9 @@
-"""Each test folder is a marker: unit, integration, horovod, slurm, container, bench, compat."""
+"""Each test folder is a marker: unit, integration, horovod, slurm, container, bench, compat.
+
+scripts/test.sh runs the suite in 2 pytest-xdist workers: much of it waits (stall timers, Slurm, rendezvous),
+and a second worker fills that time. The tests that share the local Slurm, dockerd and the images built in the
+session (CLUSTER_TESTS) run one after another on one worker: Slurm hands out the same fake GPUs to both
+workers' jobs, and each worker would start, build and stop them for itself."""
 
 import os
 import subprocess
@@ -9,6 +14,9 @@ import pytest
 from helpers import ROOT
 
 FOLDER_MARKERS = {"unit", "integration", "horovod", "slurm", "container", "bench", "compat"}
+CLUSTER_FIXTURES = {"slurm", "docker", "docker_image", "sif"}
+CLUSTER_TESTS = ("tests/slurm/", "tests/container/",
+                 "tests/compat/test_corpus.py::test_the_guides_scripts_through_the_job_scripts")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -16,6 +24,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         folder = Path(item.fspath).parent.name
         if folder in FOLDER_MARKERS:
             item.add_marker(getattr(pytest.mark, folder))
+        if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())) and not item.nodeid.startswith(CLUSTER_TESTS):
+            raise pytest.UsageError(f"{item.nodeid} uses the local Slurm or the container images: add it to "
+                                    "CLUSTER_TESTS in tests/conftest.py, so it runs on their worker")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """xdist's default (`load`) scheduling, test by test, but CLUSTER_TESTS as one unit on one worker. Not
+    xdist's own `--dist loadgroup`: with pytest 9.2 it silently stops grouping (pytest-xdist#1386)."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ClusterTestsOnOneWorker(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "cluster" if nodeid.startswith(CLUSTER_TESTS) else nodeid
+
+    return ClusterTestsOnOneWorker(config, log)
 
 
 # A real Slurm (Debian's slurm-wlm) with 2 emulated nodes n9, n10 and fake GPUs: used by slurm/ and container/.

@@ -13,6 +13,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 DISTRAIN = str(VENV_BIN / "distrain")
+# Under pytest-xdist (scripts/test.sh), the worker running this test: gw0, gw1, ...
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -22,6 +24,8 @@ def clean_env(**extra: str) -> dict[str, str]:
            and k not in ("CUDA_VISIBLE_DEVICES", "http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")}
     env["PATH"] = f"{VENV_BIN}:{env.get('PATH', '')}"
     env["PYTHONUNBUFFERED"] = "1"
+    if XDIST_WORKER:  # each worker its own default work dir (/tmp/$USER/distrain): the same command run by two
+        env["USER"] = f"{env.get('USER', 'root')}-{XDIST_WORKER}"  # tests at once would be one run, in use
     env.update(extra)
     return env
 
