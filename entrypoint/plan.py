@@ -131,10 +131,14 @@ class Plan:
         return rows
 
 
-def probe_gpus(env: Mapping[str, str]) -> tuple[str, ...]:
-    """GPU ids this process may use, without CUDA: CUDA_VISIBLE_DEVICES if set, else /dev/nvidiaN nodes.
+def probe_gpus(env: Mapping[str, str], dev: str = "/dev") -> tuple[str, ...]:
+    """GPU ids this process may use, as CUDA numbers them, without CUDA: CUDA_VISIBLE_DEVICES if set, else one
+    per /dev/nvidiaN device file.
 
-    Slurm, `docker --gpus` and `apptainer --nv` all narrow one of these, and neither needs `nvidia-smi`.
+    Slurm, `docker --gpus` and `apptainer --nv` all narrow one of these, and neither needs `nvidia-smi`. CUDA
+    numbers the GPUs it can open from 0, whatever their N: a container given the host's GPU 3 (`docker run
+    --gpus device=3`, NVIDIA_VISIBLE_DEVICES=3) holds /dev/nvidia3 alone and CUDA calls it 0 (nvidia-docker#907),
+    so pinning "3" there would hide the GPU and train on the CPU.
     """
     cvd = env.get("CUDA_VISIBLE_DEVICES")
     if cvd is not None:
@@ -142,8 +146,25 @@ def probe_gpus(env: Mapping[str, str]) -> tuple[str, ...]:
         if not ids or ids[0] in ("-1", "NoDevFiles") or ids[0].startswith("-"):
             return ()
         return tuple(ids)
-    nodes = [p for p in glob.glob("/dev/nvidia[0-9]*") if re.fullmatch(r"/dev/nvidia\d+", p)]
-    return tuple(sorted((p.removeprefix("/dev/nvidia") for p in nodes), key=int))
+    return tuple(str(index) for index in range(len(gpu_device_files(dev))))
+
+
+def gpu_device_files(dev: str = "/dev") -> list[str]:
+    """The /dev/nvidiaN files (not nvidiactl, nvidia-uvm, nvidia-caps), by N."""
+    names = [os.path.basename(p) for p in glob.glob(os.path.join(dev, "nvidia[0-9]*"))]
+    return sorted((os.path.join(dev, n) for n in names if re.fullmatch(r"nvidia\d+", n)),
+                  key=lambda path: int(path.rsplit("nvidia", 1)[1]))
+
+
+def _gpus_reason(env: Mapping[str, str], gpus: tuple[str, ...]) -> str:
+    if env.get("CUDA_VISIBLE_DEVICES") is not None:
+        return "CUDA_VISIBLE_DEVICES"
+    files = gpu_device_files()
+    if len(files) != len(gpus) or not files:
+        return "/dev/nvidia*"
+    shown = ",".join(f.removeprefix("/dev/") for f in files)
+    numbered = [f.removeprefix("/dev/nvidia") for f in files] == list(gpus)
+    return f"/dev/nvidia*: {shown}" + ("" if numbered else " (CUDA numbers them from 0)")
 
 
 def _flag(env: Mapping[str, str], name: str, default: bool = False) -> bool:
@@ -463,7 +484,7 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
         raise ConfigError(f"local rank {local_rank} is outside local size {local_size}")
 
     devices, reasons["devices"] = _pick_devices(mode, gpus, local_rank, local_size)
-    reasons["gpus"] = "CUDA_VISIBLE_DEVICES" if env.get("CUDA_VISIBLE_DEVICES") is not None else "/dev/nvidia*"
+    reasons["gpus"] = _gpus_reason(env, gpus)
     require_gpu = _flag(env, "DISTRAIN_REQUIRE_GPU")
     if require_gpu and not gpus:
         reasons["devices"] = "no GPU visible but DISTRAIN_REQUIRE_GPU=1"

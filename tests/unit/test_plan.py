@@ -163,6 +163,16 @@ def test_probe_gpus_from_cuda_visible_devices(cvd, ids):
     assert probe_gpus({"CUDA_VISIBLE_DEVICES": cvd}) == ids
 
 
+def test_probe_gpus_numbers_the_device_files_as_cuda_does(tmp_path):
+    """A container given the host's GPUs 1 and 3 (`docker run --gpus '"device=1,3"'`) holds /dev/nvidia1 and
+    /dev/nvidia3; CUDA calls them 0 and 1 (nvidia-docker#907): pinning "1,3" would leave one GPU hidden."""
+    for name in ("nvidia3", "nvidia1", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-caps"):
+        (tmp_path / name).write_text("")
+    assert probe_gpus({}, dev=str(tmp_path)) == ("0", "1")
+    assert probe_gpus({}, dev=str(tmp_path / "absent")) == ()
+    assert probe_gpus({"CUDA_VISIBLE_DEVICES": "1"}, dev=str(tmp_path)) == ("1",)  # the variable decides
+
+
 def test_plan_is_immutable_and_serialisable():
     plan = detect({}, gpus=[])
     with pytest.raises(AttributeError):
