@@ -196,12 +196,16 @@ def doctor() -> None:
     except ImportError:
         pass
     typer.echo(_container_tools())
-    from .hostcheck import shared_memory
+    from .hostcheck import driver_lines, shared_memory
+    from .plan import gpu_device_files
 
-    line, warning = shared_memory(len(plan.gpus_visible) if plan else 0)
-    typer.echo(line)
-    if warning:
-        typer.echo(f"warning: {warning}")
+    visible = plan.gpus_visible if plan else ()
+    lines, warnings = driver_lines(visible, os.environ.get("CUDA_VISIBLE_DEVICES"), gpu_device_files())
+    line, warning = shared_memory(len(visible))
+    for text in [*lines, line]:
+        typer.echo(text)
+    for text in [*warnings, *([warning] if warning else [])]:
+        typer.echo(f"warning: {text}")
     typer.echo(SECURITY_LINE)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if plan is None or plan.keras == "legacy":
@@ -216,6 +220,12 @@ def doctor() -> None:
 
         keras_dist = "tf-keras" if tf.keras.__name__.startswith("tf_keras") else "keras"
         typer.echo(f"keras: {keras_dist} {importlib.metadata.version(keras_dist)}")
+        if build.get("is_cuda_build"):  # the driver must support the CUDA this TensorFlow was built with
+            from .selftest import FAIL, driver_row
+
+            driver = driver_row(str(build.get("cuda_version") or ""))
+            if driver.status == FAIL:
+                problems.append(f"driver: {driver.detail}")
         gpus = tf.config.list_physical_devices("GPU")
         typer.echo(f"GPUs seen by TensorFlow: {len(gpus)} {[g.name for g in gpus] if gpus else ''}".rstrip())
         if plan and plan.require_gpu and not gpus:

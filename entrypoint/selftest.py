@@ -128,8 +128,7 @@ def driver_row(image_cuda: str, smi: str | None = None) -> Row:
     if smi is None:
         binary = shutil.which("nvidia-smi")
         if binary is None:
-            return Row("driver", SKIP, "no nvidia-smi: no NVIDIA driver here (or the container was started "
-                                       "without --nv / --gpus)")
+            return Row("driver", SKIP, hostcheck.NO_NVIDIA_SMI)
         smi = subprocess.run([binary], capture_output=True, text=True, timeout=60).stdout
     driver = re.search(r"Driver Version:\s*([\d.]+)", smi)
     supports = re.search(r"CUDA Version:\s*([\d.]+)", smi)

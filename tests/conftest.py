@@ -1,4 +1,5 @@
-"""Each test folder is a marker: unit, integration, horovod, slurm, container, bench, compat.
+"""Each test folder is a marker: unit, integration, horovod, slurm, container, bench, compat,
+gpu (a real NVIDIA driver: skipped elsewhere).
 
 scripts/test.sh runs the suite in 2 pytest-xdist workers: much of it waits (stall timers, Slurm, rendezvous),
 and a second worker fills that time. The tests that share the local Slurm, dockerd and the images built in the
@@ -13,7 +14,7 @@ import pytest
 
 from helpers import ROOT
 
-FOLDER_MARKERS = {"unit", "integration", "horovod", "slurm", "container", "bench", "compat"}
+FOLDER_MARKERS = {"unit", "integration", "horovod", "slurm", "container", "bench", "compat", "gpu"}
 CLUSTER_FIXTURES = {"slurm", "docker", "docker_image", "sif"}
 CLUSTER_TESTS = ("tests/slurm/", "tests/container/",
                  "tests/compat/test_corpus.py::test_the_guides_scripts_through_the_job_scripts")
