@@ -6,6 +6,7 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,24 +21,21 @@ def start(cmd, env, **kwargs):
                             start_new_session=True, **kwargs)
 
 
-def read_until(proc, pattern: str, timeout: float = 180) -> str:
-    seen, deadline = [], time.monotonic() + timeout
-    for line in proc.stdout:
-        seen.append(line)
-        if re.search(pattern, line) or time.monotonic() > deadline:
-            break
-    return "".join(seen)
-
-
-def read_until_every_rank_is_in_its_first_step(proc, ranks: int = 2, timeout: float = 180) -> str:
-    """Output up to where every rank of slow_steps.py has started reading its first batch: inside fit, past the
-    start-up (a fixed sleep after the start is too short on a loaded machine)."""
+def read_until(proc, pattern: str | Callable[[str], bool], timeout: float = 180) -> str:
+    """The output up to the first line matching `pattern`, or up to where `pattern(output so far)` holds."""
     seen, deadline = "", time.monotonic() + timeout
     for line in proc.stdout:
         seen += line
-        if all(f"rank {rank} reads its first batch" in seen for rank in range(ranks)) or time.monotonic() > deadline:
+        found = pattern(seen) if callable(pattern) else re.search(pattern, line)
+        if found or time.monotonic() > deadline:
             break
     return seen
+
+
+def every_rank_in_its_first_step(seen: str, ranks: int = 2) -> bool:
+    """Every rank of slow_steps.py has started reading its first batch: inside fit, past the start-up (a fixed
+    sleep after the start is too short on a loaded machine)."""
+    return all(f"rank {rank} reads its first batch" in seen for rank in range(ranks))
 
 
 def gone(pgid: int) -> bool:
@@ -147,8 +145,8 @@ def test_launch_kills_a_stuck_worker_after_the_kill_wait_and_leaves_nothing_behi
     env = clean_env(DISTRAIN_OUTPUT_DIR=str(tmp_path), DISTRAIN_KILL_WAIT="10")
     # the first step blocks for 1000 s: the workers never reach a point where they could stop
     proc = start([DISTRAIN, "launch", "-n", "2", SLOW, "--step-seconds", "1000", "--epochs", "1"], env)
-    head = read_until_every_rank_is_in_its_first_step(proc)
-    assert "rank 1 reads its first batch" in head, head
+    head = read_until(proc, every_rank_in_its_first_step)
+    assert every_rank_in_its_first_step(head), head
     sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     rest = proc.stdout.read()
@@ -162,8 +160,8 @@ def test_launch_kills_a_stuck_worker_after_the_kill_wait_and_leaves_nothing_behi
 def test_launch_second_ctrl_c_kills_at_once(tmp_path):
     env = clean_env(DISTRAIN_OUTPUT_DIR=str(tmp_path))
     proc = start([DISTRAIN, "launch", "-n", "2", SLOW, "--step-seconds", "1000", "--epochs", "1"], env)
-    read_until(proc, r"rank 1 of 2")
-    time.sleep(5)
+    head = read_until(proc, every_rank_in_its_first_step)
+    assert every_rank_in_its_first_step(head), head
     proc.send_signal(signal.SIGINT)
     time.sleep(1)
     sent = time.monotonic()
