@@ -212,7 +212,9 @@ def _keras3_backup(plan: Plan, keras: Any) -> Any:
             super().__init__()
             self.save_freq: Any = plan.checkpoint_every or "epoch"
             self._epoch = 0
-            self._steps = 0
+            self._steps = 0  # steps trained in this fit
+            self._last_batch = -1  # the last batch of the epoch in progress that a step ended at
+            self._due = False  # DISTRAIN_CHECKPOINT_EVERY steps passed since the last timed checkpoint
             self.exact = False
             self.expected = None
 
@@ -240,13 +242,23 @@ def _keras3_backup(plan: Plan, keras: Any) -> Any:
                 log().info(f"resumed from checkpoint in {chief_dir}: training goes on at {at}")
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            self._epoch = epoch
+            self._epoch, self._last_batch = epoch, -1
 
-        if plan.checkpoint_every:  # only then a batch hook, called at every step
+        if plan.checkpoint_every:  # only then a step observer (runner.py adds it to steps.StepEnds), a batch hook
+            def step_ended(self, batch: int) -> None:
+                """After each train-function call, with the last batch it ran (steps.py): with steps_per_execution
+                above 1, Keras 3.3's batch hooks run once a call with the call's first batch, so the steps are
+                counted, and the position taken, here."""
+                before, self._steps = self._steps, self._steps + batch - self._last_batch
+                self._last_batch = batch
+                self._due = self._due or before // self.save_freq != self._steps // self.save_freq
+
             def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-                self._steps += 1
-                if self._steps % self.save_freq == 0:
-                    self._save(*_after(self, self._epoch, batch)) if self.exact else self._save(self._epoch)
+                # written here, after the script's own batch-end callbacks, as a callback placed last would
+                if self._due:
+                    self._due = False
+                    epoch, last = self._epoch, self._last_batch
+                    self._save(*_after(self, epoch, last)) if self.exact else self._save(epoch)
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             if self.save_freq == "epoch":

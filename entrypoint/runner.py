@@ -68,7 +68,8 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
         after.append(stop)
         configure_log(f"[{engine.rank}/{engine.size}]")  # the ranks now: Horovod elastic renumbers them in a reset
         watch = stalls.make_callback(plan, keras)
-        step_ends = steps.StepEnds([watch.step_ended, stop.step_ended])  # per step, without a batch callback
+        timed_backup = [backup.step_ended] if hasattr(backup, "step_ended") else []  # DISTRAIN_CHECKPOINT_EVERY
+        step_ends = steps.StepEnds([watch.step_ended, *timed_backup, stop.step_ended])  # no batch callback
         # first of all: an epoch's end is a pause for the stall watchdog before the script's callbacks run
         args_["callbacks"] = [steps.make_callback(keras, step_ends), watch, *before, *user, *after]
         position = _position_input(engine, self, args_, user) if backup is not None else None

@@ -21,9 +21,10 @@ LAUNCHERS = {
 }
 
 
-def train(launcher: list[str], out: Path, state: Path, family: str, data: str = "numpy", **env: str):
+def train(launcher: list[str], out: Path, state: Path, family: str, data: str = "numpy", args: tuple = (),
+          **env: str):
     out.mkdir(exist_ok=True)
-    return run([*launcher, SCRIPT, "--input", data, "--out", str(out)],
+    return run([*launcher, SCRIPT, "--input", data, "--out", str(out), *args],
                env=keras_env(family, DISTRAIN_OUTPUT_DIR=str(state), **env))
 
 
@@ -99,6 +100,34 @@ def test_a_crashed_run_resumes_from_its_last_timed_checkpoint(tmp_path, mode, fa
     steps = 7  # an epoch: 100 samples in global batches of 16
     for rank, lines in crashed_and_resumed.items():  # what ran after the checkpoint before the crash, ran again
         assert lines[:steps + 2] + lines[trained_before[rank]:] == reference[rank]
+    assert np.array_equal(np.load(tmp_path / "a" / "weights.npy"), np.load(tmp_path / "b" / "weights.npy"))
+
+
+@pytest.mark.parametrize("family", [pytest.param("keras3", marks=pytest.mark.core), "legacy"])
+def test_timed_checkpoints_with_several_steps_a_call_resume_exactly(tmp_path, family):
+    """compile(steps_per_execution=2): a train-function call runs 2 steps, and Keras' batch hooks run once a call
+    (Keras 3.3 passing the call's first batch, tf_keras its last). 6 steps an epoch, DISTRAIN_CHECKPOINT_EVERY=4
+    and a crash after epoch 2's second call: the rerun goes on from the newest checkpoint's true position, redoes
+    only what came after it, and ends with the weights of the run never stopped."""
+    launcher, two_a_call = LAUNCHERS["single"], ("--steps-per-execution", "2", "--samples", "96")
+    never_stopped = train(launcher, tmp_path / "a", tmp_path / "state-a", family, args=two_a_call,
+                          DISTRAIN_CHECKPOINT_EVERY="4")
+    assert never_stopped.returncode == 0, never_stopped.stdout[-3000:]
+    crashed = train(launcher, tmp_path / "b", tmp_path / "state-b", family, args=two_a_call, CRASH_AT="2:3",
+                    DISTRAIN_CHECKPOINT_EVERY="4")
+    assert crashed.returncode != 0, crashed.stdout[-3000:]
+    (trained_before,) = (len(lines) for lines in trained_ids(tmp_path / "b").values())
+    resumed = train(launcher, tmp_path / "b", tmp_path / "state-b", family, args=two_a_call,
+                    DISTRAIN_CHECKPOINT_EVERY="4")
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    where = re.search(r"at epoch (\d+), step (\d+) \(", resumed.stdout)
+    assert where, resumed.stdout[-3000:]
+
+    steps = 6  # an epoch: 96 samples in batches of 16
+    done = (int(where[1]) - 1) * steps + int(where[2]) - 1  # batches in the checkpoint the rerun resumed from
+    assert 0 < trained_before - done <= 4, (trained_before, done)  # the crash lost what came after it
+    (reference,), (lines,) = trained_ids(tmp_path / "a").values(), trained_ids(tmp_path / "b").values()
+    assert lines[:done] + lines[trained_before:] == reference  # nothing trained twice into the weights, nothing left
     assert np.array_equal(np.load(tmp_path / "a" / "weights.npy"), np.load(tmp_path / "b" / "weights.npy"))
 
 

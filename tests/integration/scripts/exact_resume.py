@@ -4,7 +4,8 @@
 
 Test instruments, not part of the pattern: the model's first layer appends the index of every sample it trains
 on to DIR/ids-rank<r>.txt (one line per batch), the chief writes its final weights to DIR/weights.npy, and
-STOP_AT=EPOCH:STEP makes rank 0 send itself SIGTERM after that step (1-based), as a preemption would;
+STOP_AT=EPOCH:STEP makes rank 0 send itself SIGTERM after that step (1-based; with several steps a call, after the
+call that ran it), as a preemption would;
 CRASH_AT=EPOCH:STEP makes it die there at once (os._exit), as a crash or a lost node would: no checkpoint then.
 """
 
@@ -21,6 +22,7 @@ parser.add_argument("--out", required=True)
 parser.add_argument("--epochs", type=int, default=3)
 parser.add_argument("--samples", type=int, default=100)
 parser.add_argument("--batch-size", type=int, default=16)
+parser.add_argument("--steps-per-execution", type=int, default=1)
 parser.add_argument("--input", choices=["numpy", "tfdata"], default="numpy",
                     help="numpy arrays with shuffle=True, or a tf.data dataset with a seeded per-epoch reshuffle")
 args = parser.parse_args()
@@ -59,13 +61,14 @@ class RecordIds(tf.keras.layers.Layer):
 class StopAt(tf.keras.callbacks.Callback):
     def __init__(self, epoch: int, step: int, crash: bool = False):
         super().__init__()
-        self.stop_at, self.epoch, self.crash = (epoch - 1, step - 1), 0, crash
+        self.stop_at, self.epoch, self.crash, self.done = (epoch - 1, step - 1), 0, crash, False
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
 
-    def on_train_batch_end(self, batch, logs=None):
-        if (self.epoch, batch) == self.stop_at and my_rank() == 0:
+    def on_train_batch_end(self, batch, logs=None):  # a call's first batch or its last, as the Keras version says
+        if (self.epoch, batch) >= self.stop_at and not self.done and my_rank() == 0:
+            self.done = True
             if self.crash:
                 os._exit(1)
             os.kill(os.getpid(), signal.SIGTERM)
@@ -73,7 +76,8 @@ class StopAt(tf.keras.callbacks.Callback):
 
 model = tf.keras.Sequential([tf.keras.layers.Input((5,)), RecordIds(), tf.keras.layers.Dense(8, activation="relu"),
                              tf.keras.layers.Dense(1)])
-model.compile(optimizer=tf.keras.optimizers.Adam(0.01), loss=tf.keras.losses.BinaryCrossentropy(from_logits=True))
+model.compile(optimizer=tf.keras.optimizers.Adam(0.01), loss=tf.keras.losses.BinaryCrossentropy(from_logits=True),
+              steps_per_execution=args.steps_per_execution)
 stop_at = os.environ.get("STOP_AT") or os.environ.get("CRASH_AT")
 callbacks = [StopAt(*map(int, stop_at.split(":")), crash="CRASH_AT" in os.environ)] if stop_at else []
 if args.input == "numpy":
