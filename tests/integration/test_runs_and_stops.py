@@ -66,6 +66,25 @@ def test_a_signal_stops_two_workers_with_slow_steps_within_seconds(tmp_path):
     assert rest.count("stopped on SIGTERM after saving a checkpoint") == 2, rest
 
 
+def wake_ups(pid: int) -> int:
+    """How often a process's main thread has gone to sleep and been woken (its voluntary context switches)."""
+    status = Path(f"/proc/{pid}/task/{pid}/status").read_text()
+    return int(re.search(r"^voluntary_ctxt_switches:\s+(\d+)", status, re.MULTILINE).group(1))
+
+
+def test_the_launcher_sleeps_while_its_workers_train(tmp_path):
+    """No polling: on a VM each wake-up costs CPU the workers could use (the launcher used to wake every second)."""
+    proc = start([DISTRAIN, "launch", "-n", "2", SLOW, "--step-seconds", "0.3", "--epochs", "1", "--steps", "30"],
+                 clean_env(DISTRAIN_OUTPUT_DIR=str(tmp_path)))
+    read_until(proc, every_rank_in_its_first_step)
+    before = wake_ups(proc.pid)
+    time.sleep(4)
+    woken = wake_ups(proc.pid) - before
+    rest = proc.stdout.read()
+    assert proc.wait(timeout=120) == 0, rest
+    assert woken <= 1, f"the launcher woke {woken} times in 4 s"
+
+
 def test_each_command_is_its_own_run_and_the_same_command_resumes(tmp_path):
     env = clean_env(DISTRAIN_OUTPUT_DIR=str(tmp_path))
     first = ["examples/train.py", "--epochs", "40", "--lr", "0.01"]
