@@ -105,8 +105,10 @@ def run_script_command(script: str, args: list[str]) -> None:
         raise
     except BaseException as exc:  # the script's own error: its traceback, once, then Python's usual exit code 1
         from .peers import lost_peer
+        from .stopping import ignore_stop_signals
 
-        lost = lost_peer(exc, plan, engine.peers)
+        ignore_stop_signals()  # the run has failed: a TERM now (horovodrun, srun ending the job) must not cut
+        lost = lost_peer(exc, plan, engine.peers)  # this report short or claim a stop it cannot checkpoint
         if lost:  # not the script's fault: another worker died under it. Exit now: the collectives are broken
             prefix = "" if os.environ.get("DISTRAIN_LAUNCHER") else f"{plan.prefix} "  # which survivor, in a job log
             sys.stderr.write(f"{prefix}distrain: error: {lost}\n")  # and interpreter teardown can hang in them

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import socket
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -60,18 +61,32 @@ def unreachable(addresses: list[tuple[int, str]], timeout: float = 2.0) -> list[
     return [peer for peer, dead in zip(addresses, verdicts) if dead]
 
 
-def lost_peer(exc: BaseException, plan: Plan, addresses: tuple[str, ...]) -> str | None:
+def first_unreachable(addresses: list[tuple[int, str]], patience: float) -> list[tuple[int, str]]:
+    """`unreachable`, probed again for up to `patience` seconds while every peer still answers.
+
+    A SIGKILLed process closes its descriptors one by one: the survivor can hear its collective's socket close
+    and reach the probe before the dying process has closed its liveness port (seen once in 14 under CI load:
+    the survivor printed a traceback instead of naming the lost worker)."""
+    deadline = time.monotonic() + patience
+    while True:
+        lost = unreachable(addresses)
+        if lost or time.monotonic() >= deadline:
+            return lost
+        time.sleep(0.1)
+
+
+def lost_peer(exc: BaseException, plan: Plan, addresses: tuple[str, ...], patience: float = 3.0) -> str | None:
     """One line naming the lost worker if `exc` is the failure a dead peer causes, else None.
 
     `addresses`: host:port per rank that accepts connections while that rank lives (the MWM cluster, or the
-    ports the Horovod engine opened)."""
+    ports the Horovod engine opened). `patience`: how long a dying peer may take to close its port."""
     if plan.size < 2 or plan.mode not in ("mwm", "horovod") or not _looks_like_loss(exc):
         return None
     text = " ".join(str(e) for e in _chain(exc))
     named = sorted({int(t) for t in _TASK.findall(text)} - {plan.rank})
     peers = [(r, a) for r, a in enumerate(addresses) if r != plan.rank]
     if peers:  # evidence, not the message alone: a collective mismatch from a bug reads much the same
-        lost = unreachable(peers)
+        lost = first_unreachable(peers, patience)
         if not lost:
             return None
         who = ", ".join(f"worker {r} ({a})" for r, a in lost)
