@@ -86,9 +86,29 @@ parser.add_argument("--cpu-by-thread", action="store_true",
 parser.add_argument("--time-hooks", action="store_true",
                     help="every rank prints `HOOKS {...}`: the CPU time of each hook of the callbacks distrain added "
                          "to fit, timed in place (in the real fit, between real steps)")
+parser.add_argument("--gc-stats", action="store_true",
+                    help="every rank prints `GC {...}`: Python's garbage collections by generation during fit, their "
+                         "CPU time, and the objects the collector tracks")
 parser.add_argument("--upstream-fixes", action="store_true",
                     help="hand-written Keras 3 MWM: apply by hand the upstream fixes distrain applies (keras3_mwm)")
 args = parser.parse_args()
+
+gc_stats: dict = {"collections": [0, 0, 0], "cpu_s": [0.0, 0.0, 0.0]}
+
+
+def _time_collections(phase: str, info: dict) -> None:
+    if phase == "start":
+        gc_stats["began"] = time.thread_time()
+    elif "began" in gc_stats:
+        generation = info["generation"]
+        gc_stats["collections"][generation] += 1
+        gc_stats["cpu_s"][generation] += time.thread_time() - gc_stats.pop("began")
+
+
+if args.gc_stats:
+    import gc
+
+    gc.callbacks.append(_time_collections)
 
 
 def local_rank() -> int:
@@ -197,6 +217,10 @@ class Stamp(tf.keras.callbacks.Callback):
         stamps.append(time.time())
         if len(stamps) == 1:
             cpu_marks["first_step"] = cpu_now()
+            if args.gc_stats:
+                gc_stats["tracked_at_first_step"] = len(gc.get_objects())
+                gc_stats["collections_before"], gc_stats["cpu_s_before"] = [*gc_stats["collections"]], \
+                    [*gc_stats["cpu_s"]]
         if len(stamps) == args.warmup:  # steady state from here (with --warmup 1 too, where it is the first step)
             cpu_marks["warmed_up"], main_marks["warmed_up"] = cpu_now(), time.thread_time()
         if len(stamps) == args.warmup + args.steps:
@@ -233,6 +257,8 @@ else:
     steps = [b - a for a, b in zip(stamps[args.warmup:], stamps[args.warmup + 1:])]
     if args.time_hooks:
         print("HOOKS " + json.dumps({"rank": rank, "cpu_s": cpu_now(), "hooks": hook_cpu}), flush=True)
+    if args.gc_stats:
+        print("GC " + json.dumps({"rank": rank, **gc_stats, "tracked_at_end": len(gc.get_objects())}), flush=True)
     if args.cpu_by_thread:
         print("THREADS " + json.dumps({"rank": rank, "script_start": SCRIPT_START_CPU, **cpu_marks,
                                          "main_thread_at": main_marks, **cpu_by_thread()}), flush=True)
