@@ -87,8 +87,9 @@ parser.add_argument("--time-hooks", action="store_true",
                     help="every rank prints `HOOKS {...}`: the CPU time of each hook of the callbacks distrain added "
                          "to fit, timed in place (in the real fit, between real steps)")
 parser.add_argument("--gc-stats", action="store_true",
-                    help="every rank prints `GC {...}`: Python's garbage collections by generation during fit, their "
-                         "CPU time, and the objects the collector tracks")
+                    help="every rank prints `GC {...}`: Python's garbage collections by generation and their CPU "
+                         "time since the script started, the same at the first step (`*_before`: fit's share is the "
+                         "difference), and the objects the collector tracks")
 parser.add_argument("--upstream-fixes", action="store_true",
                     help="hand-written Keras 3 MWM: apply by hand the upstream fixes distrain applies (keras3_mwm)")
 args = parser.parse_args()
