@@ -10,13 +10,15 @@ overhead   distrain run/launch (checkpoints on, as by default) vs the same work 
            oneDNN as TensorFlow ships it, side by side: throughput, and the CPU seconds of every process of the run
            from the kernel's accounting, per run and per step (two run lengths: the difference is per step, the
            fixed costs left per run), and the chief's CPU over the steps alone (cpu_steady_ratio: no start-up, no
-           teardown)
+           teardown); a control row runs the hand-written MWM tf_keras command against itself the same way: the
+           ratios the machine alone gives
 perstep    distrain's own per-step work timed directly: its callbacks (stall watchdog, stop check) per step in a
            hot loop and in place (each hook timed inside a real 2-worker MWM fit: workload.py --time-hooks), its
-           step observers against a batch callback (benchmarks/step_observers.py: CPU and Python calls a step), and
-           its input rewrites as pipelines alone against plain tf.data at a high batch rate, in one process (epochs
-           alternating; a control row runs plain tf.data against itself), one such process on each core; `input`
-           runs only these
+           step observers against a batch callback (benchmarks/step_observers.py: CPU and Python calls a step), its
+           checkpoint callback against none and against tf_keras' own inside the same two MWM workers (their fits
+           alternating: benchmarks/checkpoint_in_fit.py), and its input rewrites as pipelines alone against plain
+           tf.data at a high batch rate, in one process (epochs alternating; a control row runs plain tf.data
+           against itself), one such process on each core; `input` runs only these
 startup    time to the first training step: distrain run vs python; and per phase (process and plan, TensorFlow's
            import, strategy and rendezvous, the script to its first step) for 1, 2, 4 and 8 local workers
 scaling    epoch time with 2 workers against 1 on the same numpy data (each worker one core, one intra-op thread):
@@ -132,6 +134,7 @@ def _last_error(output: str) -> str:
 
 ACCOUNT = str(ROOT / "benchmarks" / "account.py")
 BY_HAND_MWM = str(ROOT / "benchmarks" / "by_hand_mwm.py")
+CONTROL = "control: mwm x2 (legacy) hand-written against itself"  # an overhead row: no distrain on either side
 
 
 def account_line(output: str) -> dict:
@@ -200,9 +203,12 @@ def overhead(reps: int, smoke: bool, only: str = "") -> dict:
         # Keras 3's MWM fit fails by hand without the upstream fixes distrain applies (tensorflow#72388): the
         # hand-written baseline applies them itself (--upstream-fixes), nothing else
         fixes = ["--upstream-fixes"] if family == "keras3" else []
-        pairs[f"mwm x2 ({family})"] = (([DISTRAIN, "launch", "-n", "2", WORKLOAD, *work], ours),
-                                       ([sys.executable, BY_HAND_MWM, *python, "--handmade", "mwm", *hand, *fixes,
-                                         *work], PINNED))
+        by_hand = ([sys.executable, BY_HAND_MWM, *python, "--handmade", "mwm", *hand, *fixes, *work], PINNED)
+        pairs[f"mwm x2 ({family})"] = (([DISTRAIN, "launch", "-n", "2", WORKLOAD, *work], ours), by_hand)
+        if family == "legacy":
+            # the method's resolution: the same hand-written command on both sides, where any ratio but 1 is the
+            # machine's (the two cores, the hour), not distrain's
+            pairs[CONTROL] = (by_hand, by_hand)
     # Horovod's Keras API drives tf_keras only (horovod#4290): there is no hand-written Keras 3 Horovod script
     horovodrun = ["horovodrun", "-np", "2", "--gloo"]
     pairs["horovod x2 (legacy)"] = (([*horovodrun, DISTRAIN, "run", WORKLOAD, *work],
@@ -396,7 +402,34 @@ def perstep(reps: int, smoke: bool) -> dict:
     callbacks = {name: {"us_per_step": us, "share_of_step": us * 1e-6 / step_s}
                  for name, us in hooks.items()}
     return {"workload_step_ms": 1000 * step_s, "callbacks": callbacks, "callbacks_in_place": hooks_in_place(smoke),
-            "observers": step_observers(reps, smoke), "input": input_pipelines(reps, smoke)}
+            "checkpoint_in_fit": checkpoint_in_fit(smoke), "observers": step_observers(reps, smoke),
+            "input": input_pipelines(reps, smoke)}
+
+
+def checkpoint_in_fit(smoke: bool) -> dict:
+    """distrain's checkpoint callback against none and against tf_keras' own, their fits alternating inside the
+    same two hand-written MWM workers, one core each (benchmarks/checkpoint_in_fit.py): per variant, the ratio of
+    CPU per step to no callback's (>= 1: costs nothing), both workers' rounds together, and the training thread's
+    extra CPU per step."""
+    options = ["--rounds", "2", "--steps", "10", "--warmup", "3"] if smoke else ["--rounds", "12", "--steps", "300"]
+    out = subprocess.run([sys.executable, ACCOUNT, "0,1", sys.executable, BY_HAND_MWM, sys.executable,
+                          str(ROOT / "benchmarks" / "checkpoint_in_fit.py"), *options], cwd=ROOT, text=True,
+                         env={**env(), **PINNED}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1800).stdout
+    ranks = [json.loads(line.split("CHECKPOINT_IN_FIT ", 1)[1]) for line in out.splitlines()
+             if line.startswith("CHECKPOINT_IN_FIT ")]
+    if len(ranks) != 2:
+        raise RuntimeError(f"checkpoint_in_fit.py failed:\n{out[-3000:]}")
+    rows = {}
+    for name in ("distrain", "tf_keras"):
+        none = [ms for rank in ranks for ms in rank["per_step"]["none"]["process_ms"]]
+        other = [ms for rank in ranks for ms in rank["per_step"][name]["process_ms"]]
+        ratios = [a / b for a, b in zip(none, other)]
+        rows[name] = {"cpu_ratio": statistics.median(ratios), "cpu_ratio_min": min(ratios),
+                      "cpu_ratio_max": max(ratios),
+                      "thread_extra_ms_per_step": statistics.mean(r["vs_none"][name]["thread_extra_ms"] for r in ranks)}
+    rows["none_ms_per_step"] = statistics.median(ms for r in ranks for ms in r["per_step"]["none"]["process_ms"])
+    rows["distrain_checkpoints_written"] = min(r["distrain_checkpoints_written"] for r in ranks)
+    return rows
 
 
 def step_observers(reps: int, smoke: bool) -> dict:

@@ -13,7 +13,8 @@ def test_benchmarks_smoke_writes_every_ratio(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:]
     results = json.loads((tmp_path / "smoke-all.json").read_text())
     assert results["machine"]["cores"] >= 1 and results["machine"]["tensorflow"].startswith("2.17")
-    rows = ["single (keras3)", "mwm x2 (keras3)", "single (legacy)", "mwm x2 (legacy)", "horovod x2 (legacy)"]
+    rows = ["single (keras3)", "mwm x2 (keras3)", "single (legacy)", "mwm x2 (legacy)", "horovod x2 (legacy)",
+            "control: mwm x2 (legacy) hand-written against itself"]  # the machine's own ratios, no distrain
     assert sorted(results["overhead"]) == sorted(rows)
     for row in results["overhead"].values():  # every mode has a baseline (Keras 3 MWM: the upstream fixes by hand)
         # throughput; CPU seconds of the run from the kernel's accounting; the chief's CPU over the steps alone
@@ -28,6 +29,10 @@ def test_benchmarks_smoke_writes_every_ratio(tmp_path):
                                          for family in ("Keras 3", "tf_keras")}
     assert all(c["us_per_step"] > 0 and 0 < c["share_of_step"] < 1 for c in perstep["callbacks"].values())
     assert "control: plain tf.data against itself" in perstep["input"] and len(perstep["input"]) == 6
+    # the checkpoint callback inside the same two MWM workers: distrain's wrote a checkpoint at each of its fits' end
+    in_fit = perstep["checkpoint_in_fit"]
+    assert in_fit["distrain_checkpoints_written"] == 2, in_fit
+    assert all(0 < in_fit[name]["cpu_ratio_min"] <= in_fit[name]["cpu_ratio_max"] for name in ("distrain", "tf_keras"))
     assert all(r["ratio"] > 0 and r["cpu_ratio_min"] <= r["cpu_ratio_max"] for r in perstep["input"].values())
     # distrain's callbacks timed in place, inside a real 2-worker fit: each of its callbacks is found and timed,
     # the per-step work of the stall watchdog and the stop check where the train function calls it (steps.py)
