@@ -15,10 +15,11 @@ overhead   distrain run/launch (checkpoints on, as by default) vs the same work 
 perstep    distrain's own per-step work timed directly: its callbacks (stall watchdog, stop check) per step in a
            hot loop and in place (each hook timed inside a real 2-worker MWM fit: workload.py --time-hooks), its
            step observers against a batch callback (benchmarks/step_observers.py: CPU and Python calls a step), its
-           checkpoint callback against none and against tf_keras' own inside the same two MWM workers (their fits
-           alternating: benchmarks/checkpoint_in_fit.py), and its input rewrites as pipelines alone against plain
-           tf.data at a high batch rate, in one process (epochs alternating; a control row runs plain tf.data
-           against itself), one such process on each core; `input` runs only these
+           whole fit against the plain fit it wraps inside the same two MWM workers (their fits alternating, with
+           a known 1% as the positive control: benchmarks/fit_in_process.py), and its input rewrites as pipelines
+           alone against plain tf.data at a high batch rate, in one process (epochs alternating; a control row runs
+           plain tf.data against itself), one such process on each core; `input` runs only these, `fit` only
+           fit_in_process
 startup    time to the first training step: distrain run vs python; and per phase (process and plan, TensorFlow's
            import, strategy and rendezvous, the script to its first step) for 1, 2, 4 and 8 local workers
 scaling    epoch time with 2 workers against 1 on the same numpy data (each worker one core, one intra-op thread):
@@ -55,6 +56,7 @@ MPIRUN = ["mpirun", "--allow-run-as-root", "-np", "2", "-x", "PATH", "-mca", "bt
 TARGETS = {"overhead": ">= 0.99 (throughput and CPU ratios)", "startup": "<= 1.05 (time ratio)",
            "perstep": "input ratios >= 0.99; callbacks a small share of a step",
            "input": "every ratio >= 0.99, as the control row",
+           "fit": "distrain >= 0.99 of the plain fit; spin 1% (the positive control) about 0.99",
            "container": ">= 0.98 (throughput ratio)",
            "scaling": ">= 1.8 speed-up through distrain; zero-code Horovod within 2% of hand-written"}
 FAMILIES = ("keras3", "legacy")
@@ -150,17 +152,18 @@ def side_by_side(first: tuple[list[str], dict], second: tuple[list[str], dict],
     neighbours and clock move both alike, which alternating runs cannot give: a pure-Python loop run alone varies
     by 6-10% from run to run here, two at once on the two cores by 2%), and a difference between the cores
     cancels out. Returns each command's BENCH lines, one per pass, each with `cpu_s`: the CPU seconds of all its
-    processes."""
+    processes, `wall_s`: its wall time, and `core`."""
     results: list[list[dict]] = [[], []]
     orders = ((0, 1), (1, 0)) if (os.cpu_count() or 1) > 1 else ((0, 0), (0, 0))
     for cores in orders if swap else orders[:1]:
         with tempfile.TemporaryFile(mode="w+") as out_first, tempfile.TemporaryFile(mode="w+") as out_second:
             outputs = (out_first, out_second)
+            started = time.monotonic()
             procs = [subprocess.Popen([sys.executable, ACCOUNT, str(core), *cmd], env={**env(), **extra}, cwd=ROOT,
                                       text=True, stdout=output, stderr=subprocess.STDOUT)
                      for (cmd, extra), core, output in zip((first, second), cores, outputs)]
-            for proc, output, result, (cmd, _) in zip(procs, outputs, results, (first, second)):
-                proc.wait(timeout=1800)
+            walls = wait_all(procs, started, timeout=1800)
+            for output, result, (cmd, _), core, wall in zip(outputs, results, (first, second), cores, walls):
                 output.seek(0)
                 text = output.read()
                 lines = text.splitlines()
@@ -169,12 +172,29 @@ def side_by_side(first: tuple[list[str], dict], second: tuple[list[str], dict],
                 if not bench or account.get("returncode"):
                     raise RuntimeError(f"{' '.join(cmd)} printed no BENCH line (exit {account.get('returncode')}):\n"
                                        + "\n".join(lines[-40:]))
-                result.append({**json.loads(bench[0]), "cpu_s": account["cpu_s"]})
+                result.append({**json.loads(bench[0]), "cpu_s": account["cpu_s"], "wall_s": wall, "core": core})
     return results[0], results[1]
+
+
+def wait_all(procs: list[subprocess.Popen], started: float, timeout: float) -> list[float]:
+    """Wait for every process; return each one's wall time from `started` (monotonic), to 0.1 s."""
+    ended: dict[int, float] = {}
+    while len(ended) < len(procs):
+        if time.monotonic() - started > timeout:
+            raise subprocess.TimeoutExpired([str(p.args) for p in procs], timeout)
+        ended.update({i: time.monotonic() - started for i, proc in enumerate(procs)
+                      if i not in ended and proc.poll() is not None})
+        time.sleep(0.1)
+    return [ended[i] for i in range(len(procs))]
 
 
 def mean_of_passes(passes: list[dict], *keys: str) -> dict:
     return {key: statistics.mean(p[key] for p in passes) for key in keys}
+
+
+def one_pass(bench: dict) -> dict:
+    """What a row keeps of each pass of one side: its core, wall time, CPU of every process, the chief's steps alone."""
+    return {"core": bench["core"], **{key: round(bench[key], 3) for key in ("wall_s", "cpu_s", "steady_cpu_s")}}
 
 
 def steady_cpu(bench: dict) -> float:
@@ -223,13 +243,17 @@ def overhead(reps: int, smoke: bool, only: str = "") -> dict:
         if only not in mode:
             continue
         runs: dict[str, list] = {"distrain": [], "hand-written": []}
+        passes: list[dict] = []  # every pass as measured, so that an outlier can be named afterwards
         try:
-            for _ in range(reps):
-                pair = [[mean_of_passes([{**p, "steady_cpu_s": steady_cpu(p)} for p in passes], "cpu_s",
-                                        "images_per_sec", "steady_cpu_s")
-                         for passes in side_by_side(([*ours_cmd, *steps], ours_env), ([*hand_cmd, *steps], hand_env),
-                                                    swap=not smoke)]
-                        for steps in (short, long)]
+            for rep in range(reps):
+                pair = []
+                for steps in (short, long):
+                    sides = [[{**p, "steady_cpu_s": steady_cpu(p)} for p in side] for side in
+                             side_by_side(([*ours_cmd, *steps], ours_env), ([*hand_cmd, *steps], hand_env),
+                                          swap=not smoke)]
+                    passes += [{"rep": rep, "steps": int(steps[1]), "distrain": one_pass(ours_pass),
+                                "hand-written": one_pass(hand_pass)} for ours_pass, hand_pass in zip(*sides)]
+                    pair.append([mean_of_passes(side, "cpu_s", "images_per_sec", "steady_cpu_s") for side in sides])
                 runs["distrain"].append((pair[0][0], pair[1][0]))
                 runs["hand-written"].append((pair[0][1], pair[1][1]))
         except RuntimeError as exc:
@@ -254,7 +278,7 @@ def overhead(reps: int, smoke: bool, only: str = "") -> dict:
                       **{f"cpu_per_step_{key}": value for key, value in step.items()},
                       **{f"cpu_steady_{key}": value for key, value in
                          spread(steady["hand-written"], steady["distrain"]).items()},
-                      "distrain_extra_cpu_s_per_run": statistics.median(fixed)}
+                      "distrain_extra_cpu_s_per_run": statistics.median(fixed), "passes": passes}
     shutil.rmtree(state, ignore_errors=True)
     return rows
 
@@ -402,33 +426,43 @@ def perstep(reps: int, smoke: bool) -> dict:
     callbacks = {name: {"us_per_step": us, "share_of_step": us * 1e-6 / step_s}
                  for name, us in hooks.items()}
     return {"workload_step_ms": 1000 * step_s, "callbacks": callbacks, "callbacks_in_place": hooks_in_place(smoke),
-            "checkpoint_in_fit": checkpoint_in_fit(smoke), "observers": step_observers(reps, smoke),
+            "fit_in_process": fit_in_process(smoke), "observers": step_observers(reps, smoke),
             "input": input_pipelines(reps, smoke)}
 
 
-def checkpoint_in_fit(smoke: bool) -> dict:
-    """distrain's checkpoint callback against none and against tf_keras' own, their fits alternating inside the
-    same two hand-written MWM workers, one core each (benchmarks/checkpoint_in_fit.py): per variant, the ratio of
-    CPU per step to no callback's (>= 1: costs nothing), both workers' rounds together, and the training thread's
-    extra CPU per step."""
+def fit_in_process(smoke: bool) -> dict:
+    """distrain's fit against the plain fit it wraps, their fits alternating inside the same two workers of
+    `distrain launch -n 2`, one core each (benchmarks/fit_in_process.py), for each Keras family: per variant, the
+    ratio of the plain fit's CPU per step to the variant's (>= 1: costs nothing; a median over both workers'
+    rounds, with the lowest and highest), and the training thread's extra CPU per step (median). `spin 1%` is the
+    positive control: a known 1% of the step the measure must show as about 0.99."""
     options = ["--rounds", "2", "--steps", "10", "--warmup", "3"] if smoke else ["--rounds", "12", "--steps", "300"]
-    out = subprocess.run([sys.executable, ACCOUNT, "0,1", sys.executable, BY_HAND_MWM, sys.executable,
-                          str(ROOT / "benchmarks" / "checkpoint_in_fit.py"), *options], cwd=ROOT, text=True,
-                         env={**env(), **PINNED}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1800).stdout
-    ranks = [json.loads(line.split("CHECKPOINT_IN_FIT ", 1)[1]) for line in out.splitlines()
-             if line.startswith("CHECKPOINT_IN_FIT ")]
-    if len(ranks) != 2:
-        raise RuntimeError(f"checkpoint_in_fit.py failed:\n{out[-3000:]}")
     rows = {}
-    for name in ("distrain", "tf_keras"):
-        none = [ms for rank in ranks for ms in rank["per_step"]["none"]["process_ms"]]
-        other = [ms for rank in ranks for ms in rank["per_step"][name]["process_ms"]]
-        ratios = [a / b for a, b in zip(none, other)]
-        rows[name] = {"cpu_ratio": statistics.median(ratios), "cpu_ratio_min": min(ratios),
-                      "cpu_ratio_max": max(ratios),
-                      "thread_extra_ms_per_step": statistics.mean(r["vs_none"][name]["thread_extra_ms"] for r in ranks)}
-    rows["none_ms_per_step"] = statistics.median(ms for r in ranks for ms in r["per_step"]["none"]["process_ms"])
-    rows["distrain_checkpoints_written"] = min(r["distrain_checkpoints_written"] for r in ranks)
+    for family, label in (("keras3", "Keras 3"), ("legacy", "tf_keras")):
+        with tempfile.TemporaryDirectory(prefix="distrain-fit-in-process-") as state:
+            out = subprocess.run([sys.executable, ACCOUNT, "0,1", DISTRAIN, "launch", "-n", "2",
+                                  str(ROOT / "benchmarks" / "fit_in_process.py"), *options], cwd=ROOT, text=True,
+                                 env={**env(), "DISTRAIN_KERAS": family, "DISTRAIN_CHECKPOINT": "1",
+                                      "DISTRAIN_OUTPUT_DIR": state, **PINNED},
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1800).stdout
+        ranks = [json.loads(line.split("FIT_IN_PROCESS ", 1)[1]) for line in out.splitlines()
+                 if "FIT_IN_PROCESS " in line]
+        if len(ranks) != 2:
+            raise RuntimeError(f"fit_in_process.py failed:\n{out[-3000:]}")
+        def rounds(variant: str, key: str, ranks: list[dict] = ranks) -> list[float]:
+            return [ms for rank in ranks for ms in rank["per_step"][variant][key]]  # both workers' rounds
+
+        plain, plain_thread = rounds("plain", "process_ms"), rounds("plain", "thread_ms")
+        row: dict = {"plain_ms_per_step": statistics.median(plain),
+                     "spin_ms_per_step": statistics.mean(rank["spin_ms"] for rank in ranks),
+                     "distrain_fits": min(rank["distrain_fits"] for rank in ranks), "rounds": len(plain)}
+        for variant in ranks[0]["per_step"]:
+            if variant != "plain":
+                ratios = [a / b for a, b in zip(plain, rounds(variant, "process_ms"))]
+                extra = [b - a for a, b in zip(plain_thread, rounds(variant, "thread_ms"))]
+                row[variant] = {"cpu_ratio": statistics.median(ratios), "cpu_ratio_min": min(ratios),
+                                "cpu_ratio_max": max(ratios), "thread_extra_ms_per_step": statistics.median(extra)}
+        rows[label] = row
     return rows
 
 
@@ -525,8 +559,8 @@ def compile_as_installed() -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("which", choices=["overhead", "perstep", "input", "scaling", "startup", "container", "comm",
-                                          "all"])
+    parser.add_argument("which", choices=["overhead", "perstep", "input", "fit", "scaling", "startup", "container",
+                                          "comm", "all"])
     parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, 1 repetition: checks it runs")
     parser.add_argument("--only", default="", metavar="TEXT",
@@ -547,6 +581,8 @@ def main() -> int:
             data = overhead(reps, opts.smoke, opts.only)
         elif name == "input":
             data = input_pipelines(reps, opts.smoke)
+        elif name == "fit":
+            data = fit_in_process(opts.smoke)
         else:
             data = globals()[name](reps, opts.smoke)
         results[name] = data

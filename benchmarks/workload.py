@@ -125,13 +125,11 @@ if args.handmade != "none":
     os.environ["TF_USE_LEGACY_KERAS"] = "1" if args.keras == "legacy" else "0"
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
+import small_cnn  # noqa: E402 - benchmarks/, this script's directory
 import tensorflow as tf  # noqa: E402
 
-if args.pin:  # after the import, as under distrain; threads made later inherit the mask from their creator
-    allowed = sorted(os.sched_getaffinity(0))  # the cores this run was given (benchmarks/account.py)
-    core = allowed[local_rank() % len(allowed)]
-    for task in os.listdir("/proc/self/task"):
-        os.sched_setaffinity(int(task), {core})
+if args.pin:  # after the import, as under distrain
+    small_cnn.pin_to_one_core(local_rank())
 hvd = None
 strategy = tf.distribute.get_strategy()
 rank, size = 0, 1
@@ -155,16 +153,7 @@ elif args.handmade == "none":
     rank = int(os.environ.get("HOROVOD_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
 
 with strategy.scope():
-    model = tf.keras.Sequential([
-        tf.keras.layers.Input((32, 32, 3)),
-        tf.keras.layers.Conv2D(32, 3, activation="relu"), tf.keras.layers.MaxPooling2D(),
-        tf.keras.layers.Conv2D(64, 3, activation="relu"), tf.keras.layers.MaxPooling2D(),
-        tf.keras.layers.Flatten(), tf.keras.layers.Dense(128, activation="relu"), tf.keras.layers.Dense(10),
-    ])
-    optimizer = tf.keras.optimizers.SGD(0.01, momentum=0.9)
-    if hvd is not None:
-        optimizer = hvd.DistributedOptimizer(optimizer)
-    model.compile(optimizer=optimizer, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model = small_cnn.build(tf.keras, *([hvd.DistributedOptimizer] if hvd is not None else []))
 
 HOOKS = ("on_train_begin", "on_epoch_begin", "on_train_batch_begin", "on_train_batch_end", "on_epoch_end",
          "on_train_end")
@@ -251,10 +240,7 @@ if args.epochs:
         print("BENCH " + json.dumps({"epoch_s": statistics.median(epochs[1:])}), flush=True)
 else:
     batch = args.batch // size  # hand-written Horovod feeds per-rank batches; everything else the global batch
-    images = tf.random.uniform((batch, 32, 32, 3), seed=1)
-    labels = tf.random.uniform((batch,), maxval=10, dtype=tf.int32, seed=1)
-    dataset = tf.data.Dataset.from_tensors((images, labels)).repeat(args.warmup + args.steps)
-    model.fit(dataset, epochs=1, callbacks=callbacks, verbose=0)
+    model.fit(small_cnn.batches(tf, batch, args.warmup + args.steps), epochs=1, callbacks=callbacks, verbose=0)
     steps = [b - a for a, b in zip(stamps[args.warmup:], stamps[args.warmup + 1:])]
     if args.time_hooks:
         print("HOOKS " + json.dumps({"rank": rank, "cpu_s": cpu_now(), "hooks": hook_cpu}), flush=True)
