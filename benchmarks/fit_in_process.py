@@ -76,8 +76,9 @@ class Spin(keras.callbacks.Callback):
             pass
 
 
-def fit(variant: str, spin_s: float = 0.0) -> tuple[float, float]:
-    marks = Marks()
+def fit(variant: str, spin_s: float = 0.0) -> tuple[float, float, float]:
+    """One fit of `variant`: its CPU per step (process, training thread, ms) and its wall time, call to return (s)."""
+    began, marks = time.monotonic(), Marks()
     if variant == "distrain":
         model.fit(dataset, epochs=1, callbacks=[marks], verbose=0)
     else:
@@ -85,16 +86,17 @@ def fit(variant: str, spin_s: float = 0.0) -> tuple[float, float]:
                  "own backup": [keras.callbacks.BackupAndRestore(os.path.join(own_dir, "backup"))]}[variant]
         plain_fit(model, dataset, epochs=1, callbacks=[*extra, marks], verbose=0)
     model._training_state = None  # tf_keras' BackupAndRestore (distrain's too) deletes the attribute a fit reads
-    return marks.per_step_ms()
+    return (*marks.per_step_ms(), time.monotonic() - began)
 
 
 spin_s = fit("plain")[0] * 1e-3 / 100  # a warm-up fit, not counted: 1% of its CPU per step
 VARIANTS = ("plain", "distrain", *(["own backup"] if keras.__name__.startswith("tf_keras") else []), "spin 1%")
-per_step: dict[str, dict[str, list[float]]] = {name: {"process_ms": [], "thread_ms": []} for name in VARIANTS}
+KEYS = ("process_ms", "thread_ms", "fit_wall_s")
+per_step: dict[str, dict[str, list[float]]] = {name: {key: [] for key in KEYS} for name in VARIANTS}
 for round_ in range(args.rounds):
     for name in (VARIANTS if round_ % 2 == 0 else VARIANTS[::-1]):
-        for key, ms in zip(("process_ms", "thread_ms"), fit(name, spin_s)):
-            per_step[name][key].append(ms)
+        for key, value in zip(KEYS, fit(name, spin_s)):
+            per_step[name][key].append(value)
 shutil.rmtree(own_dir, ignore_errors=True)
 print("FIT_IN_PROCESS " + json.dumps({"rank": rank, "steps": args.steps, "rounds": args.rounds,
                                       "spin_ms": spin_s * 1e3, "distrain_fits": len(made),

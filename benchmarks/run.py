@@ -436,7 +436,9 @@ def fit_in_process(smoke: bool) -> dict:
     ratio of the plain fit's CPU per step to the variant's (>= 1: costs nothing; a median over both workers'
     rounds, with the lowest and highest), and the training thread's extra CPU per step (median). `spin 1%` is the
     positive control: a known 1% of the step the measure must show as about 0.99."""
-    options = ["--rounds", "2", "--steps", "10", "--warmup", "3"] if smoke else ["--rounds", "12", "--steps", "300"]
+    # a fit's end waits for TensorFlow's input teardown under MWM (up to the next ~10 s tick here, more after many
+    # fits): 4 rounds, 8 paired rounds a variant over both workers
+    options = ["--rounds", "2", "--steps", "10", "--warmup", "3"] if smoke else ["--rounds", "4", "--steps", "300"]
     rows = {}
     for family, label in (("keras3", "Keras 3"), ("legacy", "tf_keras")):
         with tempfile.TemporaryDirectory(prefix="distrain-fit-in-process-") as state:
@@ -455,7 +457,9 @@ def fit_in_process(smoke: bool) -> dict:
         plain, plain_thread = rounds("plain", "process_ms"), rounds("plain", "thread_ms")
         row: dict = {"plain_ms_per_step": statistics.median(plain),
                      "spin_ms_per_step": statistics.mean(rank["spin_ms"] for rank in ranks),
-                     "distrain_fits": min(rank["distrain_fits"] for rank in ranks), "rounds": len(plain)}
+                     "distrain_fits": min(rank["distrain_fits"] for rank in ranks), "rounds": len(plain),
+                     "fit_wall_s": statistics.median(s for r in ranks for v in r["per_step"].values()
+                                                     for s in v["fit_wall_s"])}
         for variant in ranks[0]["per_step"]:
             if variant != "plain":
                 ratios = [a / b for a, b in zip(plain, rounds(variant, "process_ms"))]

@@ -38,9 +38,10 @@ def test_benchmarks_smoke_writes_every_ratio(tmp_path):
     for family, variants in (("Keras 3", {"distrain", "spin 1%"}), ("tf_keras", {"distrain", "own backup", "spin 1%"})):
         in_process = perstep["fit_in_process"][family]
         assert in_process["distrain_fits"] == 2 and in_process["rounds"] == 4, in_process
-        assert set(in_process) - {"plain_ms_per_step", "spin_ms_per_step", "distrain_fits", "rounds"} == variants
+        assert set(in_process) - {"plain_ms_per_step", "spin_ms_per_step", "distrain_fits", "rounds",
+                                  "fit_wall_s"} == variants
         assert all(0 < in_process[name]["cpu_ratio_min"] <= in_process[name]["cpu_ratio_max"] for name in variants)
-        assert 0 < in_process["spin_ms_per_step"] < in_process["plain_ms_per_step"] / 50
+        assert 0 < in_process["spin_ms_per_step"] < in_process["plain_ms_per_step"] / 20  # about 1% of a step
     assert all(r["ratio"] > 0 and r["cpu_ratio_min"] <= r["cpu_ratio_max"] for r in perstep["input"].values())
     # distrain's callbacks timed in place, inside a real 2-worker fit: each of its callbacks is found and timed,
     # the per-step work of the stall watchdog and the stop check where the train function calls it (steps.py)
