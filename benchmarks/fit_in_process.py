@@ -18,7 +18,9 @@ fits alternate on the same model and input, each round every variant (the order 
 
 Each fit's CPU per step is taken from the end of its warm-up to its last step: the process's (every thread,
 TensorFlow's included) and the training thread's (where the callbacks run). Prints `FIT_IN_PROCESS {...}` on each
-worker: per variant, the CPU per step of each round in ms; benchmarks/run.py pools both workers' rounds into ratios.
+worker: per variant, each round's CPU per step in ms and the fit's wall time (under MWM a fit returns only at
+TensorFlow's next ~10 s tick, with or without distrain: few, long fits); benchmarks/run.py pools both workers' rounds
+into ratios.
 """
 
 import argparse
@@ -35,7 +37,7 @@ import entrypoint
 from entrypoint import checkpoint
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--rounds", type=int, default=12)
+parser.add_argument("--rounds", type=int, default=4)
 parser.add_argument("--steps", type=int, default=300)
 parser.add_argument("--warmup", type=int, default=20)
 args = parser.parse_args()
