@@ -58,11 +58,13 @@ class Marks(keras.callbacks.Callback):
     """The process's and this thread's CPU at the end of the warm-up and at the last step."""
 
     def on_train_batch_end(self, batch, logs=None):
-        if batch in (args.warmup - 1, args.warmup + args.steps - 1):
-            self.__dict__["from" if batch == args.warmup - 1 else "to"] = (time.process_time(), time.thread_time())
+        if batch == args.warmup - 1:
+            self.warmed_up = (time.process_time(), time.thread_time())
+        elif batch == args.warmup + args.steps - 1:
+            self.last_step = (time.process_time(), time.thread_time())
 
     def per_step_ms(self) -> tuple[float, float]:
-        return tuple((to - since) / args.steps * 1e3 for since, to in zip(self.__dict__["from"], self.__dict__["to"]))
+        return tuple((end - start) / args.steps * 1e3 for start, end in zip(self.warmed_up, self.last_step))
 
 
 class Spin(keras.callbacks.Callback):
