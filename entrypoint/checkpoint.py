@@ -2,8 +2,8 @@
 
 - `save_model`: atomic (temp path beside the target, then rename), chief-only. In MWM reading ON_READ variables
   is collective, so the chief reads them locally (compat/adopt.local_reads): a chief-only save completes.
-- `Backup`: Keras' BackupAndRestore (it already gives MWM's chief/worker dirs and mid-epoch resume), plus a
-  fallback to the previous checkpoint when the newest is corrupt, and Horovod's "rank 0 writes" rule.
+- `Backup`: Keras' BackupAndRestore (it already gives mid-epoch resume), plus a fallback to the previous checkpoint
+  when the newest is corrupt, written by the chief alone in every mode (tf_keras has every MWM worker write).
 - Both backups record each checkpoint's position (epochs done, steps into the next: runs.write_position), for
   exact resume (resume.py) and the run's first log line, and survive a failed write (a full disk, a quota): the
   previous checkpoint stays, training goes on. `save_now` is what a stop on a signal (stopping.py) and a timed
@@ -115,21 +115,37 @@ def make_backup_callback(plan: Plan, keras: Any) -> Any:
         return _keras3_backup(plan, keras)
 
     class Backup(keras.callbacks.BackupAndRestore):
-        """BackupAndRestore that survives a corrupt newest checkpoint and follows Horovod's rank-0 rule."""
+        """BackupAndRestore that survives a corrupt newest checkpoint and is written by the chief alone."""
 
         def on_train_begin(self, logs: Any = None) -> None:
             self._batch_begun: int | None = None
             self._restore_guarded(super().on_train_begin)
             state = self._training_state
-            if plan.mode == "horovod" and not plan.is_chief:
-                state.back_up = lambda *a, **k: None  # only rank 0 writes
+            if plan.size > 1 and not plan.is_chief:
+                # only the chief writes. Under MWM tf_keras has every worker write a copy (to a temp dir it then
+                # deletes), because reading an ON_READ variable is a collective all must join; the chief reads
+                # them locally instead (compat/adopt.local_reads): metrics, reset at every epoch's start, and
+                # the moving statistics, averaged before every write (`before_write`, sync.py). A first write
+                # cost each worker 0.2 s of CPU, mostly those reads; the chief's alone costs a tenth of it
+                state.back_up = lambda *a, **k: None
                 state.delete_backup = lambda: None
+            elif plan.mode == "mwm" and plan.size > 1:
+                back_up = state.back_up
+
+                def back_up_locally(*args: Any, **kwargs: Any) -> Any:
+                    with _local_reads(plan):
+                        return back_up(*args, **kwargs)
+
+                state.back_up = back_up_locally
             for manager in {id(m): m for m in (state.read_checkpoint_manager, state.write_checkpoint_manager)}.values():
                 manager._max_to_keep = 2  # keep one older checkpoint to fall back to
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            self._position = (epoch + 1, 0)
-            super().on_epoch_end(epoch, logs)
+            self._position, self._averaged = (epoch + 1, 0), True  # sync.py's callback averaged just before
+            try:
+                super().on_epoch_end(epoch, logs)
+            finally:
+                self._averaged = False
 
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
             # tf_keras assigns the step to its saved-batch variable before every step: an eager op (on a mirrored
@@ -150,6 +166,8 @@ def make_backup_callback(plan: Plan, keras: Any) -> Any:
             super().on_train_batch_end(batch, logs)
 
         def _backup(self, epoch: int, batch: int = 0) -> None:
+            if self.before_write is not None and not self._averaged:
+                self.before_write()  # every rank is here: a timed checkpoint, a stop (stopping.py)
             if self._batch_begun is not None:
                 self._training_state._ckpt_saved_batch.assign(self._batch_begun)  # as tf_keras' own hook left it
             # the chief cleans up after a failed write of its own; other ranks' files are theirs (MWM: workertemp)
@@ -196,6 +214,7 @@ def make_backup_callback(plan: Plan, keras: Any) -> Any:
     save_freq: Any = plan.checkpoint_every or "epoch"
     backup = Backup(backup_dir=plan.checkpoint_dir, save_freq=save_freq)
     backup._position, backup.written, backup.exact, backup.expected = (0, 0), False, False, None
+    backup.before_write, backup._averaged = None, False
     return backup
 
 
@@ -217,6 +236,7 @@ def _keras3_backup(plan: Plan, keras: Any) -> Any:
             self._due = False  # DISTRAIN_CHECKPOINT_EVERY steps passed since the last timed checkpoint
             self.exact = False
             self.expected = None
+            self.before_write: Callable[[], None] | None = None  # runner.py: sync.py's average, on every rank
 
         def on_train_begin(self, logs: Any = None) -> None:
             while True:
@@ -262,13 +282,15 @@ def _keras3_backup(plan: Plan, keras: Any) -> Any:
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             if self.save_freq == "epoch":
-                self._save(epoch + 1)
+                self._save(epoch + 1, averaged=True)  # sync.py's callback averaged just before
 
         def on_train_end(self, logs: Any = None) -> None:
             if plan.is_chief:
                 shutil.rmtree(chief_dir, ignore_errors=True)
 
-        def _save(self, epochs_done: int, step: int = 0) -> bool:
+        def _save(self, epochs_done: int, step: int = 0, averaged: bool = False) -> bool:
+            if self.before_write is not None and not averaged:
+                self.before_write()  # every rank is here: a timed checkpoint, a stop (stopping.py)
             if not plan.is_chief:
                 return True  # the chief reads locally: nothing collective for the others to join
             os.makedirs(chief_dir, mode=0o700, exist_ok=True)

@@ -58,11 +58,13 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
         args_ = bound.arguments
         user = list(args_.get("callbacks") or [])
         before, after = _horovod_callbacks(engine, keras, user), []
-        if engine.size > 1:
-            before.append(sync.make_callback(keras, tf, engine))  # identical BN statistics on every rank
+        average = sync.make_callback(keras, tf, engine) if engine.size > 1 else None
+        if average is not None:
+            before.append(average)  # identical BN statistics on every rank
         backup = None
         if plan.checkpoint_dir and not any(isinstance(c, keras.callbacks.BackupAndRestore) for c in user):
             backup = checkpoint.make_backup_callback(plan, keras)
+            backup.before_write = average.average_now if average is not None else None
             after.append(backup)
         stop = stopping.make_callback(plan, keras, tf, engine, backup)
         after.append(stop)

@@ -5,8 +5,9 @@ own batches. tf_keras under MWM creates it ON_READ with MEAN aggregation, so rea
 but with a collective that a chief-only save never completes (compat/adopt.local_reads reads it locally, so the
 local copies must be equal). Keras 3's TensorFlow variables do not aggregate (3.3.x ignores `aggregation`, later
 3.x default to "none"), and Horovod never did: each rank keeps, and the chief saves, its own moving mean. This
-callback averages the floating-point non-trainable variables across ranks at every epoch end and at the end of
-training, before the checkpoint and user callbacks that read them, so every rank ends with the same model.
+callback averages the floating-point non-trainable variables across ranks at every epoch end (and at the end of
+a fit that ended mid-epoch), before the checkpoint and user callbacks that read them, and before a checkpoint
+written mid-epoch, so every rank ends with the same model and the chief's checkpoint holds everyone's state.
 
 Custom loops written for Horovod (`hvd.DistributedGradientTape`, `hvd.broadcast_variables(model.variables)`, a
 rank-0 save, as Horovod's TF2 examples do) have no epoch end distrain sees and save on rank 0 alone, which can
@@ -50,16 +51,27 @@ def make_callback(keras: Any, tf: Any, engine: Any) -> Any:
                 variable.assign(value)
 
     class AverageNonTrainableState(keras.callbacks.Callback):
-        def _sync(self) -> None:
+        def __init__(self) -> None:
+            super().__init__()
+            self._stepped = False  # an epoch began since the last average
+
+        def average_now(self) -> None:
+            """Also before a checkpoint written mid-epoch (checkpoint.py's `before_write`), which every rank
+            reaches: the chief alone writes its copy, so it must be everyone's."""
             variables = state(self.model)
             if variables:
                 average(variables)
 
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self._stepped = True
+
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            self._sync()
+            self.average_now()
+            self._stepped = False
 
         def on_train_end(self, logs: Any = None) -> None:
-            self._sync()
+            if self._stepped:  # a fit that ended mid-epoch; after an epoch's end the state is already averaged
+                self.average_now()
 
     return AverageNonTrainableState()
 

@@ -3,7 +3,8 @@
     distrain run exact_resume.py --out DIR [--epochs 3]
 
 Test instruments, not part of the pattern: the model's first layer appends the index of every sample it trains
-on to DIR/ids-rank<r>.txt (one line per batch), the chief writes its final weights to DIR/weights.npy, and
+on to DIR/ids-rank<r>.txt (one line per batch), the chief writes its final weights to DIR/weights.npy (with
+--batch-norm, the moving statistics apart to DIR/statistics.npy), and
 STOP_AT=EPOCH:STEP makes rank 0 send itself SIGTERM after that step (1-based; with several steps a call, after the
 call that ran it), as a preemption would;
 CRASH_AT=EPOCH:STEP makes it die there at once (os._exit), as a crash or a lost node would: no checkpoint then.
@@ -25,6 +26,8 @@ parser.add_argument("--batch-size", type=int, default=16)
 parser.add_argument("--steps-per-execution", type=int, default=1)
 parser.add_argument("--input", choices=["numpy", "tfdata"], default="numpy",
                     help="numpy arrays with shuffle=True, or a tf.data dataset with a seeded per-epoch reshuffle")
+parser.add_argument("--batch-norm", action="store_true",
+                    help="a BatchNormalization layer; its moving statistics go to DIR/statistics.npy, apart")
 args = parser.parse_args()
 
 tf.keras.utils.set_random_seed(1)
@@ -74,8 +77,9 @@ class StopAt(tf.keras.callbacks.Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+normalize = [tf.keras.layers.BatchNormalization()] if args.batch_norm else []
 model = tf.keras.Sequential([tf.keras.layers.Input((5,)), RecordIds(), tf.keras.layers.Dense(8, activation="relu"),
-                             tf.keras.layers.Dense(1)])
+                             *normalize, tf.keras.layers.Dense(1)])
 model.compile(optimizer=tf.keras.optimizers.Adam(0.01), loss=tf.keras.losses.BinaryCrossentropy(from_logits=True),
               steps_per_execution=args.steps_per_execution)
 stop_at = os.environ.get("STOP_AT") or os.environ.get("CRASH_AT")
@@ -85,5 +89,12 @@ if args.input == "numpy":
 else:
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(args.samples, seed=7).batch(args.batch_size)
     model.fit(dataset, epochs=args.epochs, callbacks=callbacks)
-if my_rank() == 0:
+if args.batch_norm:  # the weights, and apart the moving statistics: read on every rank (under MWM tf_keras
+    # reading them is a collective), written by the chief
+    weights = np.concatenate([w.numpy().ravel() for w in model.trainable_weights])
+    statistics = np.concatenate([w.numpy().ravel() for w in model.non_trainable_weights])
+    if my_rank() == 0:
+        np.save(os.path.join(args.out, "weights.npy"), weights)
+        np.save(os.path.join(args.out, "statistics.npy"), statistics)
+elif my_rank() == 0:
     np.save(os.path.join(args.out, "weights.npy"), np.concatenate([w.ravel() for w in model.get_weights()]))
