@@ -74,6 +74,8 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
         step_ends = steps.StepEnds([watch.step_ended, *timed_backup, stop.step_ended])  # no batch callback
         # first of all: an epoch's end is a pause for the stall watchdog before the script's callbacks run
         args_["callbacks"] = [steps.make_callback(keras, step_ends), watch, *before, *user, *after]
+        if average is not None and engine.hvd is not None:
+            average.broadcasts = [c for c in args_["callbacks"] if hasattr(c, "register_local_var")]
         position = _position_input(engine, self, args_, user) if backup is not None else None
         if backup is not None:
             backup.exact, backup.expected = position is not None, position

@@ -54,6 +54,16 @@ def make_callback(keras: Any, tf: Any, engine: Any) -> Any:
         def __init__(self) -> None:
             super().__init__()
             self._stepped = False  # an epoch began since the last average
+            self.broadcasts: list = []  # runner.py: this fit's Horovod broadcast callbacks (distrain's, the script's)
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            # Horovod broadcasts rank 0's variables after a fit's first step. For this state that would drop the
+            # other ranks' first step, at a resumed fit's first step instead of the run's: a resumed run would end
+            # with other moving statistics than the run never stopped. Equal at this point (initial values, or
+            # restored from the one checkpoint), averaged here: kept out of that broadcast
+            for broadcast in self.broadcasts:
+                for variable in state(self.model):
+                    broadcast.register_local_var(variable)
 
         def average_now(self) -> None:
             """Also before a checkpoint written mid-epoch (checkpoint.py's `before_write`), which every rank

@@ -66,13 +66,19 @@ def callbacks(keras: Any, hvd: Any) -> list:
         def __init__(self) -> None:
             super().__init__()
             self._done_after_first_step = False
+            self._local_vars: set = set()
+
+        def register_local_var(self, var: Any) -> None:
+            """Not broadcast after the first step (as Horovod's own callback's method of that name)."""
+            self._local_vars.add(var.ref())
 
         def _broadcast(self) -> None:
             variables = list(self.model.variables)
             if self.model.optimizer is not None and getattr(self.model.optimizer, "built", False):
                 variables += list(self.model.optimizer.variables)
             # Horovod has no uint32: Keras 3.3's SeedGenerator state (per-rank dropout masks are fine) stays local
-            variables = [v for v in tf_variables(variables) if v.dtype.name not in ("uint32", "uint64")]
+            variables = [v for v in tf_variables(variables)
+                         if v.dtype.name not in ("uint32", "uint64") and v.ref() not in self._local_vars]
             hvd.broadcast_variables(variables, root_rank=0)
 
         def on_train_begin(self, logs: Any = None) -> None:

@@ -3,7 +3,8 @@ with the very weights of the same run never stopped: single, MWM x2 and Horovod 
 input with shuffle=True and a tf.data dataset reshuffled every epoch (tests/integration/scripts/exact_resume.py
 records every sample it trains on). With a BatchNormalization layer, its moving statistics too: each rank updates
 its own from its batches, distrain averages them at every epoch end and before a checkpoint the chief alone writes
-mid-epoch, so the resumed run ends with the statistics of the run never stopped (to rounding: averaged once more)."""
+mid-epoch, and keeps them out of Horovod's broadcast after a fit's first step, so the resumed run ends with the
+statistics of the run never stopped (to rounding: averaged once more)."""
 
 import re
 from pathlib import Path
@@ -55,9 +56,7 @@ def test_a_run_stopped_mid_epoch_resumes_exactly_where_it_was(tmp_path, mode, fa
     if (data, family) == ("tfdata", "keras3") and mode != "single" and not keras.__version__.startswith("3.3."):
         pytest.skip("not positioned on newer Keras 3 with several replicas: the run says so and resumes at the "
                     "epoch start (resume._why_not_positionable)")
-    # Horovod: not with BatchNormalization, whose moving statistics Horovod's broadcast after a fit's first step
-    # sets to rank 0's (so a resumed run's differ from the run never stopped): see the README's Troubleshooting
-    launcher, batch_norm = LAUNCHERS[mode], ("--batch-norm",) if mode != "horovod" else ()
+    launcher, batch_norm = LAUNCHERS[mode], ("--batch-norm",)
     never_stopped = train(launcher, tmp_path / "a", tmp_path / "state-a", family, data, args=batch_norm)
     assert never_stopped.returncode == 0, never_stopped.stdout[-3000:]
 
@@ -79,9 +78,8 @@ def test_a_run_stopped_mid_epoch_resumes_exactly_where_it_was(tmp_path, mode, fa
     assert stopped_and_resumed == reference  # the same batches in the same order: nothing repeated or skipped
     assert every_sample(reference) == sorted(list(range(100)) * 3)  # 3 epochs of 100, split between the ranks
     assert np.array_equal(np.load(tmp_path / "a" / "weights.npy"), np.load(tmp_path / "b" / "weights.npy"))
-    if batch_norm:
-        statistics = [np.load(tmp_path / run / "statistics.npy") for run in "ab"]
-        assert np.allclose(*statistics, rtol=1e-5, atol=1e-6), abs(statistics[0] - statistics[1]).max()
+    statistics = [np.load(tmp_path / run / "statistics.npy") for run in "ab"]
+    assert np.allclose(*statistics, rtol=1e-5, atol=1e-6), abs(statistics[0] - statistics[1]).max()
 
 
 @pytest.mark.parametrize(("mode", "family"), [("single", "legacy"), ("mwm", "legacy"), ("single", "keras3")])
