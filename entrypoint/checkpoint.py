@@ -121,22 +121,8 @@ def make_backup_callback(plan: Plan, keras: Any) -> Any:
             self._batch_begun: int | None = None
             self._restore_guarded(super().on_train_begin)
             state = self._training_state
-            if plan.size > 1 and not plan.is_chief:
-                # only the chief writes. Under MWM tf_keras has every worker write a copy (to a temp dir it then
-                # deletes), because reading an ON_READ variable is a collective all must join; the chief reads
-                # them locally instead (compat/adopt.local_reads): metrics, reset at every epoch's start, and
-                # the moving statistics, averaged before every write (`before_write`, sync.py). A first write
-                # cost every worker 0.2 s of CPU (cProfile, #21); now the others 2 ms, the chief 0.17 s
-                state.back_up = lambda *a, **k: None
-                state.delete_backup = lambda: None
-            elif plan.mode == "mwm" and plan.size > 1:
-                back_up = state.back_up
-
-                def back_up_locally(*args: Any, **kwargs: Any) -> Any:
-                    with _local_reads(plan):
-                        return back_up(*args, **kwargs)
-
-                state.back_up = back_up_locally
+            if not plan.is_chief:
+                state.delete_backup = lambda: None  # the chief's directory (Horovod: the one all ranks share)
             for manager in {id(m): m for m in (state.read_checkpoint_manager, state.write_checkpoint_manager)}.values():
                 manager._max_to_keep = 2  # keep one older checkpoint to fall back to
 
@@ -168,13 +154,22 @@ def make_backup_callback(plan: Plan, keras: Any) -> Any:
         def _backup(self, epoch: int, batch: int = 0) -> None:
             if self.before_write is not None and not self._averaged:
                 self.before_write()  # every rank is here: a timed checkpoint, a stop (stopping.py)
+            if not plan.is_chief:
+                # only the chief writes. Under MWM tf_keras has every worker write a copy (to a temp dir it then
+                # deletes), because reading an ON_READ variable is a collective all must join; the chief reads
+                # them locally instead (compat/adopt.local_reads): metrics, reset at every epoch's start, and
+                # the moving statistics, averaged just before. A first write cost every worker 0.2 s of CPU
+                # (cProfile, #21); now the others 2 ms, the chief 0.17 s
+                self.written = True
+                return
             if self._batch_begun is not None:
                 self._training_state._ckpt_saved_batch.assign(self._batch_begun)  # as tf_keras' own hook left it
-            # the chief cleans up after a failed write of its own; other ranks' files are theirs (MWM: workertemp)
-            chief_dir = os.path.join(self.backup_dir, "chief") if plan.is_chief else None
-            self.written = _write_guarded(lambda: super(Backup, self)._backup(epoch=epoch, batch=batch), chief_dir)
+            chief_dir = os.path.join(self.backup_dir, "chief")
+            with _local_reads(plan):
+                self.written = _write_guarded(lambda: super(Backup, self)._backup(epoch=epoch, batch=batch),
+                                              chief_dir)
             if self.written:
-                if chief_dir and (newest := newest_checkpoint(chief_dir)):
+                if newest := newest_checkpoint(chief_dir):
                     runs.write_position(newest, *self._position)
                 workdirs.make_tree_private(self.backup_dir)  # TensorFlow writes with the umask: make it 0600/0700
 
@@ -361,17 +356,14 @@ def _drop_checkpoint(directory: str, prefix: str) -> None:
     os.replace(index + ".tmp", index)
 
 
-def _write_guarded(write: Callable[[], Any], chief_dir: str | None) -> bool:
-    """Run a checkpoint write; if it fails (a full disk, a quota), remove what it left half-written in `chief_dir`,
-    say so in one line and go on training: the previous checkpoint is untouched. True if it was written."""
-    existing = set(glob.glob(os.path.join(chief_dir, "ckpt-*"))) if chief_dir else set()
+def _write_guarded(write: Callable[[], Any], chief_dir: str) -> bool:
+    """Run the chief's checkpoint write; if it fails (a full disk, a quota), remove what it left half-written in
+    `chief_dir`, say so in one line and go on training: the previous checkpoint is untouched. True if written."""
+    existing = set(glob.glob(os.path.join(chief_dir, "ckpt-*")))
     try:
         write()
         return True
     except Exception as exc:  # noqa: BLE001 - OSError, h5py's and TensorFlow's own errors for ENOSPC/EDQUOT
-        if chief_dir is None:
-            log().warning(f"checkpoint not written ({_why(exc)}); training goes on")
-            return False
         for path in set(glob.glob(os.path.join(chief_dir, "ckpt-*"))) - existing:
             _remove(path)
         why = _why(exc)
