@@ -27,8 +27,9 @@ scaling    epoch time with 2 workers against 1 on the same numpy data (each work
 container  apptainer run (the image) vs the same work in the host venv, where an image exists
 comm       all-reduce time against tensor size: MWM ring vs Horovod Gloo vs Horovod MPI, 2 local workers
 Side by side (overhead): the two variants run at the same time, each with all its processes on one core,
-then swapped (side_by_side). Elsewhere the variants alternate within each repetition. Every ratio comes with its
-spread, the lowest and highest of the per-repetition ratios.
+then swapped (side_by_side); Horovod's row one after the other, each rank on a core of its own (one_after_other:
+two Horovod ranks on one core make its coordination bistable). Elsewhere the variants alternate within each
+repetition. Every ratio comes with its spread, the lowest and highest of the per-repetition ratios.
 """
 
 from __future__ import annotations
@@ -176,6 +177,32 @@ def side_by_side(first: tuple[list[str], dict], second: tuple[list[str], dict],
     return results[0], results[1]
 
 
+def one_after_other(first: tuple[list[str], dict], second: tuple[list[str], dict],
+                    swap: bool = True) -> tuple[list[dict], list[dict]]:
+    """Run two commands one after the other, each alone on every core, a worker to a core (workload.py --pin):
+    first then second, then (`swap`) second then first. For Horovod: two of its ranks on one core, as
+    `side_by_side` gives them, make its coordination bistable. Each rank's background thread negotiates with the
+    other every HOROVOD_CYCLE_TIME (1 ms); where a round trip through the shared core takes longer than that, the
+    threads never sleep and Gloo's receiving loop spins (perf: gloo::transport::tcp::Loop in epoll_wait, 8-9 CPU s
+    of a 300-step run against 1-1.5 s). A run falls into that state or not at random, distrain's or not: CPU per
+    run 52 or 89 s for the same steps. A core to each rank, as on a real node, never shows it."""
+    results: list[list[dict]] = [[], []]
+    cores = ",".join(str(core) for core in range(os.cpu_count() or 1))
+    order = ((0, first), (1, second))
+    for index, (cmd, extra) in (*order, *reversed(order)) if swap else order:
+        started = time.monotonic()
+        out = subprocess.run([sys.executable, ACCOUNT, cores, *cmd], env={**env(), **extra}, cwd=ROOT, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1800)
+        wall = time.monotonic() - started
+        bench = [line.split("BENCH ", 1)[1] for line in out.stdout.splitlines() if "BENCH " in line]
+        account = account_line(out.stdout)
+        if not bench or account.get("returncode"):
+            raise RuntimeError(f"{' '.join(cmd)} printed no BENCH line (exit {account.get('returncode')}):\n"
+                               + "\n".join(out.stdout.splitlines()[-40:]))
+        results[index].append({**json.loads(bench[0]), "cpu_s": account["cpu_s"], "wall_s": wall, "core": cores})
+    return results[0], results[1]
+
+
 def wait_all(procs: list[subprocess.Popen], started: float, timeout: float) -> list[float]:
     """Wait for every process; return each one's wall time from `started` (monotonic), to 0.1 s."""
     ended: dict[int, float] = {}
@@ -206,7 +233,8 @@ def steady_cpu(bench: dict) -> float:
 
 
 def overhead(reps: int, smoke: bool, only: str = "") -> dict:
-    """Each mode through distrain against the same work hand-written, side by side (`side_by_side`). Each pair
+    """Each mode through distrain against the same work hand-written, side by side (`side_by_side`; Horovod one
+    after the other, `one_after_other`). Each pair
     runs at two lengths: the whole longer run gives the CPU per run (start-up and the checkpoint at the epoch
     end included), and the CPU difference over the extra steps the CPU per step, where a run's fixed costs
     cancel out; what is left is distrain's extra CPU per run, in seconds."""
@@ -248,9 +276,10 @@ def overhead(reps: int, smoke: bool, only: str = "") -> dict:
             for rep in range(reps):
                 pair = []
                 for steps in (short, long):
+                    run_pair = one_after_other if mode.startswith("horovod") else side_by_side
                     sides = [[{**p, "steady_cpu_s": steady_cpu(p)} for p in side] for side in
-                             side_by_side(([*ours_cmd, *steps], ours_env), ([*hand_cmd, *steps], hand_env),
-                                          swap=not smoke)]
+                             run_pair(([*ours_cmd, *steps], ours_env), ([*hand_cmd, *steps], hand_env),
+                                      swap=not smoke)]
                     passes += [{"rep": rep, "steps": int(steps[1]), "distrain": one_pass(ours_pass),
                                 "hand-written": one_pass(hand_pass)} for ours_pass, hand_pass in zip(*sides)]
                     pair.append([mean_of_passes(side, "cpu_s", "images_per_sec", "steady_cpu_s") for side in sides])

@@ -16,7 +16,8 @@ def test_benchmarks_smoke_writes_every_ratio(tmp_path):
     rows = ["single (keras3)", "mwm x2 (keras3)", "single (legacy)", "mwm x2 (legacy)", "horovod x2 (legacy)",
             "control: mwm x2 (legacy) hand-written against itself"]  # the machine's own ratios, no distrain
     assert sorted(results["overhead"]) == sorted(rows)
-    for row in results["overhead"].values():  # every mode has a baseline (Keras 3 MWM: the upstream fixes by hand)
+    every_core = ",".join(str(core) for core in range(results["machine"]["cores"]))
+    for name, row in results["overhead"].items():  # every mode has a baseline (Keras 3 MWM: the upstream fixes by hand)
         # throughput; CPU seconds of the run from the kernel's accounting; the chief's CPU over the steps alone
         for ratio in ("ratio", "cpu_ratio", "cpu_steady_ratio"):
             assert 0 < row[f"{ratio}_min"] <= row[ratio] <= row[f"{ratio}_max"] and math.isfinite(row[f"{ratio}_max"])
@@ -24,10 +25,15 @@ def test_benchmarks_smoke_writes_every_ratio(tmp_path):
         assert row["cpu_per_step_ratio_min"] <= row["cpu_per_step_ratio_max"]
         assert all(math.isfinite(row[k]) for k in ("cpu_per_step_ratio", "distrain_extra_cpu_s_per_run"))
         assert row["distrain_cpu_s"] > 0 and row["handwritten_cpu_s"] > 0
-        # every pass kept, so an outlier can be named: both run lengths, each side on its own core
+        # every pass kept, so an outlier can be named: both run lengths; the sides at once, each on its own core,
+        # but Horovod's one after the other on every core (two of its ranks on one core make it bistable)
         assert [p["steps"] for p in row["passes"]] == [8, 24]
-        assert all(p["distrain"]["core"] != p["hand-written"]["core"] and p["distrain"]["cpu_s"] > 0
-                   for p in row["passes"])
+        assert all(p["distrain"]["cpu_s"] > 0 for p in row["passes"])
+        cores = {(p["distrain"]["core"], p["hand-written"]["core"]) for p in row["passes"]}
+        if name.startswith("horovod"):
+            assert cores == {(every_core, every_core)}, cores
+        else:
+            assert all(ours != theirs for ours, theirs in cores), cores
     perstep = results["perstep"]
     assert set(perstep["callbacks"]) == {f"{hook} ({family})" for hook in ("stall watchdog", "stop check", "checkpoint")
                                          for family in ("Keras 3", "tf_keras")}
