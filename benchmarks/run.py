@@ -234,10 +234,9 @@ def steady_cpu(bench: dict) -> float:
 
 def overhead(reps: int, smoke: bool, only: str = "") -> dict:
     """Each mode through distrain against the same work hand-written, side by side (`side_by_side`; Horovod one
-    after the other, `one_after_other`). Each pair
-    runs at two lengths: the whole longer run gives the CPU per run (start-up and the checkpoint at the epoch
-    end included), and the CPU difference over the extra steps the CPU per step, where a run's fixed costs
-    cancel out; what is left is distrain's extra CPU per run, in seconds."""
+    after the other, `one_after_other`). Each pair runs at two lengths: the whole longer run gives the CPU per run
+    (start-up and the checkpoint at the epoch end included), and the CPU difference over the extra steps the CPU
+    per step, where a run's fixed costs cancel out; what is left is distrain's extra CPU per run, in seconds."""
     lengths = (8, 24) if smoke else (300, 1200)
     work = ["--warmup", "3" if smoke else "20", "--pin"]
     state = tempfile.mkdtemp(prefix="distrain-bench-")
@@ -273,10 +272,10 @@ def overhead(reps: int, smoke: bool, only: str = "") -> dict:
         runs: dict[str, list] = {"distrain": [], "hand-written": []}
         passes: list[dict] = []  # every pass as measured, so that an outlier can be named afterwards
         try:
+            run_pair = one_after_other if mode.startswith("horovod") else side_by_side
             for rep in range(reps):
                 pair = []
                 for steps in (short, long):
-                    run_pair = one_after_other if mode.startswith("horovod") else side_by_side
                     sides = [[{**p, "steady_cpu_s": steady_cpu(p)} for p in side] for side in
                              run_pair(([*ours_cmd, *steps], ours_env), ([*hand_cmd, *steps], hand_env),
                                       swap=not smoke)]
