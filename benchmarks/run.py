@@ -166,15 +166,21 @@ def side_by_side(first: tuple[list[str], dict], second: tuple[list[str], dict],
             walls = wait_all(procs, started, timeout=1800)
             for output, result, (cmd, _), core, wall in zip(outputs, results, (first, second), cores, walls):
                 output.seek(0)
-                text = output.read()
-                lines = text.splitlines()
-                bench = [line.split("BENCH ", 1)[1] for line in lines if "BENCH " in line]
-                account = account_line(text)
-                if not bench or account.get("returncode"):
-                    raise RuntimeError(f"{' '.join(cmd)} printed no BENCH line (exit {account.get('returncode')}):\n"
-                                       + "\n".join(lines[-40:]))
-                result.append({**json.loads(bench[0]), "cpu_s": account["cpu_s"], "wall_s": wall, "core": core})
+                result.append(accounted_pass(cmd, output.read(), wall, core))
     return results[0], results[1]
+
+
+def accounted_pass(cmd: list[str], output: str, wall: float, core: int | str) -> dict:
+    """One pass of a command run under benchmarks/account.py: its chief's BENCH line, with `cpu_s` (the CPU seconds
+    of all its processes), `wall_s` and `core`; a RuntimeError with the output's tail where it printed no BENCH
+    line or failed."""
+    lines = output.splitlines()
+    bench = [line.split("BENCH ", 1)[1] for line in lines if "BENCH " in line]
+    account = account_line(output)
+    if not bench or account.get("returncode"):
+        raise RuntimeError(f"{' '.join(cmd)} printed no BENCH line (exit {account.get('returncode')}):\n"
+                           + "\n".join(lines[-40:]))
+    return {**json.loads(bench[0]), "cpu_s": account["cpu_s"], "wall_s": wall, "core": core}
 
 
 def one_after_other(first: tuple[list[str], dict], second: tuple[list[str], dict],
@@ -193,13 +199,7 @@ def one_after_other(first: tuple[list[str], dict], second: tuple[list[str], dict
         started = time.monotonic()
         out = subprocess.run([sys.executable, ACCOUNT, cores, *cmd], env={**env(), **extra}, cwd=ROOT, text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1800)
-        wall = time.monotonic() - started
-        bench = [line.split("BENCH ", 1)[1] for line in out.stdout.splitlines() if "BENCH " in line]
-        account = account_line(out.stdout)
-        if not bench or account.get("returncode"):
-            raise RuntimeError(f"{' '.join(cmd)} printed no BENCH line (exit {account.get('returncode')}):\n"
-                               + "\n".join(out.stdout.splitlines()[-40:]))
-        results[index].append({**json.loads(bench[0]), "cpu_s": account["cpu_s"], "wall_s": wall, "core": cores})
+        results[index].append(accounted_pass(cmd, out.stdout, time.monotonic() - started, cores))
     return results[0], results[1]
 
 
