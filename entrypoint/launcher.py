@@ -63,6 +63,12 @@ def _pump(stream, prefix: str, out) -> None:  # noqa: ANN001
     stream.close()
 
 
+def _own_process_group() -> dict:
+    """Popen arguments that make the child lead a process group of its own, in this session (`process_group`
+    from Python 3.11; before it, setpgrp in the child)."""
+    return {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+
+
 def kill_wait(env: dict[str, str]) -> float:
     raw = env.get("DISTRAIN_KILL_WAIT") or "30"
     try:
@@ -96,7 +102,7 @@ def launch(n: int, script: str, args: list[str], port: int | None = None, grace:
         # terminal input: a background group that reads the terminal would be stopped (SIGTTIN)
         proc = subprocess.Popen(
             [sys.executable, "-m", "entrypoint", *command, *args], env=env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, process_group=0,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **_own_process_group(),
         )
         procs.append(proc)
         prefix = f"[{index}/{n}] " if n > 1 else ""
