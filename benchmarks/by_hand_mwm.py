@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 
-from entrypoint.launcher import free_ports  # a port-picking helper, not distribution code
+from entrypoint.ports import free_ports  # a port-picking helper, not distribution code
 
 
 def main() -> int:

@@ -97,7 +97,7 @@ def bench_line(cmd: list[str], tag: str = "BENCH", extra_env: dict | None = None
 
 def handmade_mwm(args: list[str], extra_env: dict | None = None, python: str = sys.executable) -> tuple[dict, float]:
     """Two workers with a TF_CONFIG written by hand, the way the user guides do it."""
-    from entrypoint.launcher import free_ports
+    from entrypoint.ports import free_ports
 
     workers = [f"localhost:{p}" for p in free_ports(2)]
     started, cpu = time.time(), children_cpu()

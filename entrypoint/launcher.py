@@ -15,36 +15,14 @@ import json
 import os
 import select
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import closing
 
 from .errors import EXIT_PREEMPTED, EXIT_WORKER_FAILED, ConfigError
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports the kernel reports free now (bind to :0, read, close): measured reliable on one host."""
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def _port_free(port: int) -> bool:
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
+from .ports import port_free, reserved_ports
 
 
 def worker_env(base: dict[str, str], workers: list[str], index: int) -> dict[str, str]:
@@ -83,13 +61,19 @@ def launch(n: int, script: str, args: list[str], port: int | None = None, grace:
         raise ConfigError(f"-n {n}: need at least one worker")
     wait_after_signal = kill_wait(dict(os.environ))
     if port is not None:
-        ports = list(range(port, port + n))
-        busy = [p for p in ports if not _port_free(p)]
+        chosen = list(range(port, port + n))
+        busy = [p for p in chosen if not port_free(p)]
         if busy:
             raise ConfigError(f"port(s) {', '.join(map(str, busy))} already in use: choose another --port")
+        reservation: contextlib.AbstractContextManager[list[int]] = contextlib.nullcontext(chosen)
     else:
-        ports = free_ports(n)
-    workers = [f"localhost:{p}" for p in ports]
+        reservation = reserved_ports(n)  # held until the workers end: no other launch draws them meanwhile
+    with reservation as ports:
+        return _run_workers(script, args, [f"localhost:{p}" for p in ports], grace, wait_after_signal)
+
+
+def _run_workers(script: str, args: list[str], workers: list[str], grace: float, wait_after_signal: float) -> int:
+    n = len(workers)
     procs: list[subprocess.Popen] = []
     pumps: list[threading.Thread] = []
     for index in range(n):

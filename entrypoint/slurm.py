@@ -188,6 +188,10 @@ def read_step(env: Mapping[str, str]) -> SlurmStep:
     return step
 
 
+# below Linux's ephemeral range (32768-60999 by default), where any outgoing connection may take a port
+SLURM_PORTS = range(20000, 32768)
+
+
 def port_base(step: SlurmStep, world_size: int, configured: str | None) -> int:
     """First port of this step: DISTRAIN_PORT_BASE, or a slot derived from the job and step id.
 
@@ -206,8 +210,7 @@ def port_base(step: SlurmStep, world_size: int, configured: str | None) -> int:
     slot = 64
     while slot < world_size:
         slot *= 2
-    # below Linux's ephemeral range (32768-60999 by default), where any outgoing connection may take a port
-    first, last = 20000, 32768
+    first, last = SLURM_PORTS.start, SLURM_PORTS.stop
     slots = (last - first) // slot
     key = zlib.crc32(f"{step.job_id}.{step.step_id}.{step.restart}".encode())  # a requeued run moves on
     return first + (key % slots) * slot

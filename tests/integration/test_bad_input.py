@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from entrypoint.launcher import free_ports
+from entrypoint.ports import free_ports
 from helpers import DISTRAIN, ROOT, clean_env, run, small_tmpfs
 
 
@@ -45,6 +45,16 @@ def test_bad_input_row(env, args, code, text):
     out = run([DISTRAIN, "run", *args], env=clean_env(**env))
     assert_one_line_error(out, code, text)
     assert time.monotonic() - started < 30
+
+
+def test_launch_on_a_port_in_use_says_so_before_starting_any_worker():
+    with socket.socket() as taken:
+        taken.bind(("", free_ports(1)[0]))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = run([DISTRAIN, "launch", "-n", "2", "--port", str(port), "examples/train.py"], env=clean_env())
+    assert_one_line_error(out, 2, f"port(s) {port} already in use: choose another --port")
+    assert "[0/2]" not in out.stdout
 
 
 def test_full_disk_leaves_no_half_written_model(tmp_path):

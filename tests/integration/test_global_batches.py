@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from entrypoint.launcher import free_ports
+from entrypoint.ports import free_ports
 from helpers import DISTRAIN, KERAS_FAMILIES, ROOT, assert_trained_in_sync, clean_env, keras_env, run
 
 SCRIPT = "tests/integration/scripts/short_last_batch.py"

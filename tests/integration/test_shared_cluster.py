@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint.launcher import free_ports
+from entrypoint.ports import free_ports
 from helpers import DISTRAIN, ROOT, clean_env, run
 
 NOBODY = 65534
