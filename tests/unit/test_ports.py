@@ -30,4 +30,3 @@ def test_a_reserved_port_is_refused_to_another_launch_but_taken_by_a_server_as_g
             pass
         grpc_like.close()
     assert all(port_free(port) for port in ports), "the ports were not given back when the run ended"
-
