@@ -123,11 +123,12 @@ def alternate(variants: dict, reps: int) -> dict[str, list]:
 
 
 def spread(numerators: list[float], denominators: list[float]) -> dict:
-    """The ratio of the medians, with the lowest and highest per-repetition ratios (each repetition ran both
-    variants back to back)."""
-    per_rep = [a / b for a, b in zip(numerators, denominators)]
-    return {"ratio": statistics.median(numerators) / statistics.median(denominators),
-            "ratio_min": min(per_rep), "ratio_max": max(per_rep)}
+    """The median of the per-repetition ratios, with the lowest and highest. Each repetition ran both variants
+    side by side or back to back, so a pair shares its seconds of the machine; the ratio of the two medians would
+    set one repetition's value against another's, and a VM's cost moves by up to 8% from one repetition to the
+    next (benchmarks/results/overhead-mwm-legacy-epyc-1127.json: 0.983 that way, 1.012 paired)."""
+    per_rep = [a / b for a, b in zip(numerators, denominators, strict=True)]
+    return {"ratio": statistics.median(per_rep), "ratio_min": min(per_rep), "ratio_max": max(per_rep)}
 
 
 def _last_error(output: str) -> str:
@@ -152,18 +153,22 @@ def side_by_side(first: tuple[list[str], dict], second: tuple[list[str], dict],
     core (`swap=False`, for smoke runs: once). Both live through the same seconds of the machine (a VM's
     neighbours and clock move both alike, which alternating runs cannot give: a pure-Python loop run alone varies
     by 6-10% from run to run here, two at once on the two cores by 2%), and a difference between the cores
-    cancels out. Returns each command's BENCH lines, one per pass, each with `cpu_s`: the CPU seconds of all its
-    processes, `wall_s`: its wall time, and `core`."""
+    cancels out, as does which side starts first. Returns each command's BENCH lines, one per pass, each with
+    `cpu_s`: the CPU seconds of all its processes, `wall_s`: its wall time, and `core`."""
     results: list[list[dict]] = [[], []]
     orders = ((0, 1), (1, 0)) if (os.cpu_count() or 1) > 1 else ((0, 0), (0, 0))
     for cores in orders if swap else orders[:1]:
         with tempfile.TemporaryFile(mode="w+") as out_first, tempfile.TemporaryFile(mode="w+") as out_second:
             outputs = (out_first, out_second)
             started = time.monotonic()
-            procs = [subprocess.Popen([sys.executable, ACCOUNT, str(core), *cmd], env={**env(), **extra}, cwd=ROOT,
-                                      text=True, stdout=output, stderr=subprocess.STDOUT)
-                     for (cmd, extra), core, output in zip((first, second), cores, outputs)]
-            walls = wait_all(procs, started, timeout=1800)
+            procs: dict[int, subprocess.Popen] = {}
+            # the side on the lower core starts first, a few ms ahead: over both orders, each side once
+            for side in sorted(range(2), key=lambda side: cores[side]):
+                cmd, extra = (first, second)[side]
+                procs[side] = subprocess.Popen([sys.executable, ACCOUNT, str(cores[side]), *cmd],
+                                               env={**env(), **extra}, cwd=ROOT, text=True, stdout=outputs[side],
+                                               stderr=subprocess.STDOUT)
+            walls = wait_all([procs[0], procs[1]], started, timeout=1800)
             for output, result, (cmd, _), core, wall in zip(outputs, results, (first, second), cores, walls):
                 output.seek(0)
                 result.append(accounted_pass(cmd, output.read(), wall, core))
@@ -215,13 +220,46 @@ def wait_all(procs: list[subprocess.Popen], started: float, timeout: float) -> l
     return [ended[i] for i in range(len(procs))]
 
 
-def mean_of_passes(passes: list[dict], *keys: str) -> dict:
-    return {key: statistics.mean(p[key] for p in passes) for key in keys}
-
-
 def one_pass(bench: dict) -> dict:
-    """What a row keeps of each pass of one side: its core, wall time, CPU of every process, the chief's steps alone."""
-    return {"core": bench["core"], **{key: round(bench[key], 3) for key in ("wall_s", "cpu_s", "steady_cpu_s")}}
+    """What a row keeps of each pass of one side: its core, wall time, throughput, CPU of every process, the chief's
+    steps alone."""
+    return {"core": bench["core"], **{key: round(bench[key], 3) for key in
+                                      ("wall_s", "images_per_sec", "cpu_s", "steady_cpu_s")}}
+
+
+def overhead_row(passes: list[dict]) -> dict:
+    """An overhead row's figures from its passes (`overhead`). Per repetition, each side's mean over its passes
+    (both core orders) at each run length; per run: the longer run; per step: the CPU difference over the extra
+    steps; fixed: what is left of a run once its steps are paid. Each ratio is hand-written over distrain
+    (>= 1: distrain costs nothing), paired within the repetition (`spread`). Throughput only where the passes
+    hold it (results written before 2026-11-27 did not keep it)."""
+    lengths = sorted({p["steps"] for p in passes})
+    short, long = lengths[0], lengths[-1]
+    reps = sorted({p["rep"] for p in passes})
+
+    def mean(side: str, rep: int, steps: int, key: str) -> float:
+        return statistics.mean(p[side][key] for p in passes if p["rep"] == rep and p["steps"] == steps)
+
+    def per_rep(key: str, steps: int = long) -> dict[str, list[float]]:
+        return {side: [mean(side, rep, steps, key) for rep in reps] for side in ("distrain", "hand-written")}
+
+    per_run, short_runs, steady = per_rep("cpu_s"), per_rep("cpu_s", short), per_rep("steady_cpu_s")
+    per_step = {side: [(b - a) / (long - short) for a, b in zip(short_runs[side], per_run[side])]
+                for side in per_run}
+    fixed = [(d - long * ds) - (h - long * hs) for d, ds, h, hs in
+             zip(per_run["distrain"], per_step["distrain"], per_run["hand-written"], per_step["hand-written"])]
+    row: dict = {"steps": long}
+    if all("images_per_sec" in p[side] for p in passes for side in ("distrain", "hand-written")):
+        speed = per_rep("images_per_sec")
+        row |= {"distrain_images_per_sec": statistics.median(speed["distrain"]),
+                "handwritten_images_per_sec": statistics.median(speed["hand-written"]),
+                **spread(speed["distrain"], speed["hand-written"])}
+    # the same samples trained on both sides: CPU per sample compares as CPU per run (or per step)
+    for name, values in (("cpu", per_run), ("cpu_per_step", per_step), ("cpu_steady", steady)):
+        row |= {f"{name}_{key}": value for key, value in spread(values["hand-written"], values["distrain"]).items()}
+    return row | {"distrain_cpu_s": statistics.median(per_run["distrain"]),
+                  "handwritten_cpu_s": statistics.median(per_run["hand-written"]),
+                  "distrain_extra_cpu_s_per_run": statistics.median(fixed), "passes": passes}
 
 
 def steady_cpu(bench: dict) -> float:
@@ -269,44 +307,20 @@ def overhead(reps: int, smoke: bool, only: str = "") -> dict:
     for mode, ((ours_cmd, ours_env), (hand_cmd, hand_env)) in pairs.items():
         if only not in mode:
             continue
-        runs: dict[str, list] = {"distrain": [], "hand-written": []}
         passes: list[dict] = []  # every pass as measured, so that an outlier can be named afterwards
         try:
             run_pair = one_after_other if mode.startswith("horovod") else side_by_side
             for rep in range(reps):
-                pair = []
                 for steps in (short, long):
                     sides = [[{**p, "steady_cpu_s": steady_cpu(p)} for p in side] for side in
                              run_pair(([*ours_cmd, *steps], ours_env), ([*hand_cmd, *steps], hand_env),
                                       swap=not smoke)]
                     passes += [{"rep": rep, "steps": int(steps[1]), "distrain": one_pass(ours_pass),
                                 "hand-written": one_pass(hand_pass)} for ours_pass, hand_pass in zip(*sides)]
-                    pair.append([mean_of_passes(side, "cpu_s", "images_per_sec", "steady_cpu_s") for side in sides])
-                runs["distrain"].append((pair[0][0], pair[1][0]))
-                runs["hand-written"].append((pair[0][1], pair[1][1]))
         except RuntimeError as exc:
             rows[mode] = {"skipped": f"a variant failed: {_last_error(str(exc))}"}
             continue
-        ours = [long_run["images_per_sec"] for _, long_run in runs["distrain"]]
-        theirs = [long_run["images_per_sec"] for _, long_run in runs["hand-written"]]
-        extra = lengths[1] - lengths[0]
-        per_run = {side: [b["cpu_s"] for _, b in pairs_] for side, pairs_ in runs.items()}
-        per_step = {side: [(b["cpu_s"] - a["cpu_s"]) / extra for a, b in pairs_] for side, pairs_ in runs.items()}
-        # the same samples trained on both sides: CPU per sample compares as CPU per run (or per step)
-        cpu = spread(per_run["hand-written"], per_run["distrain"])
-        steady = {side: [b["steady_cpu_s"] for _, b in pairs_] for side, pairs_ in runs.items()}
-        step = spread(per_step["hand-written"], per_step["distrain"])
-        fixed = [(d - lengths[1] * ds) - (h - lengths[1] * hs) for d, ds, h, hs in
-                 zip(per_run["distrain"], per_step["distrain"], per_run["hand-written"], per_step["hand-written"])]
-        rows[mode] = {"steps": lengths[1], "distrain_images_per_sec": statistics.median(ours),
-                      "handwritten_images_per_sec": statistics.median(theirs), **spread(ours, theirs),
-                      "distrain_cpu_s": statistics.median(per_run["distrain"]),
-                      "handwritten_cpu_s": statistics.median(per_run["hand-written"]),
-                      **{f"cpu_{key}": value for key, value in cpu.items()},
-                      **{f"cpu_per_step_{key}": value for key, value in step.items()},
-                      **{f"cpu_steady_{key}": value for key, value in
-                         spread(steady["hand-written"], steady["distrain"]).items()},
-                      "distrain_extra_cpu_s_per_run": statistics.median(fixed), "passes": passes}
+        rows[mode] = overhead_row(passes)
     shutil.rmtree(state, ignore_errors=True)
     return rows
 
