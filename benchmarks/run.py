@@ -95,25 +95,6 @@ def bench_line(cmd: list[str], tag: str = "BENCH", extra_env: dict | None = None
     raise RuntimeError(f"{' '.join(cmd)} printed no {tag} line (exit {out.returncode}):\n{out.stdout[-3000:]}")
 
 
-def handmade_mwm(args: list[str], extra_env: dict | None = None, python: str = sys.executable) -> tuple[dict, float]:
-    """Two workers with a TF_CONFIG written by hand, the way the user guides do it."""
-    from entrypoint.ports import free_ports
-
-    workers = [f"localhost:{p}" for p in free_ports(2)]
-    started, cpu = time.time(), children_cpu()
-    procs = []
-    for index in range(2):
-        config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
-        procs.append(subprocess.Popen([python, WORKLOAD, "--handmade", "mwm", *args], cwd=ROOT,
-                                      env={**env(), **(extra_env or {}), "TF_CONFIG": config}, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-    outputs = [p.communicate(timeout=900)[0] for p in procs]
-    for line in outputs[0].splitlines():
-        if line.startswith("BENCH "):
-            return {**json.loads(line[6:]), "cpu_s": children_cpu() - cpu}, started
-    raise RuntimeError(f"hand-made MWM printed no BENCH line:\n{outputs[0][-3000:]}")
-
-
 def alternate(variants: dict, reps: int) -> dict[str, list]:
     samples: dict[str, list] = {name: [] for name in variants}
     for _ in range(reps):
@@ -351,7 +332,8 @@ def scaling(reps: int, smoke: bool) -> dict:
         "distrain mwm x2": lambda: epoch([DISTRAIN, "launch", "-n", "2", WORKLOAD, *work], ours),
         "distrain horovod x2": lambda: epoch([*hvd2, DISTRAIN, "run", WORKLOAD, *work], ours),
         "hand-written, 1 worker": lambda: epoch([sys.executable, WORKLOAD, "--handmade", "single", *work], PINNED),
-        "hand-written mwm x2": lambda: handmade_mwm(work, PINNED)[0]["epoch_s"],
+        "hand-written mwm x2": lambda: epoch([sys.executable, BY_HAND_MWM, sys.executable, WORKLOAD, "--handmade",
+                                              "mwm", *work], PINNED),
         "hand-written horovod x2": lambda: epoch([*hvd2, sys.executable, WORKLOAD, "--handmade", "horovod", *work],
                                                  PINNED),
         "cpu ceiling": cpu_ceiling,
