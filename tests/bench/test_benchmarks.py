@@ -9,7 +9,8 @@ from helpers import DISTRAIN, clean_env, run
 
 
 def test_benchmarks_smoke_writes_every_ratio(tmp_path):
-    out = run([sys.executable, "benchmarks/run.py", "all", "--smoke", "--out", str(tmp_path)], timeout=900)
+    # the timeout only guards against a hang: 6 minutes on a fast VM, 14-15 on the slowest EPYC VMs seen
+    out = run([sys.executable, "benchmarks/run.py", "all", "--smoke", "--out", str(tmp_path)], timeout=1800)
     assert out.returncode == 0, out.stdout[-3000:]
     results = json.loads((tmp_path / "smoke-all.json").read_text())
     assert results["machine"]["cores"] >= 1 and results["machine"]["tensorflow"].startswith("2.17")
