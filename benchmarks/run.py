@@ -486,10 +486,10 @@ def fit_in_process(smoke: bool) -> dict:
                                                      for s in v["fit_wall_s"])}
         for variant in ranks[0]["per_step"]:
             if variant != "plain":
-                ratios = [a / b for a, b in zip(plain, rounds(variant, "process_ms"))]
                 extra = [b - a for a, b in zip(plain_thread, rounds(variant, "thread_ms"))]
-                row[variant] = {"cpu_ratio": statistics.median(ratios), "cpu_ratio_min": min(ratios),
-                                "cpu_ratio_max": max(ratios), "thread_extra_ms_per_step": statistics.median(extra)}
+                row[variant] = {**{f"cpu_{key}": value for key, value in
+                                   spread(plain, rounds(variant, "process_ms")).items()},
+                                "thread_extra_ms_per_step": statistics.median(extra)}
         rows[label] = row
     return rows
 

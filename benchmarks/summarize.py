@@ -23,12 +23,11 @@ def summarize(path: Path) -> tuple[int, list[str]]:
     results = json.loads(path.read_text())
     rows = results.get("overhead", {})
     left = [name for name, row in rows.items() if not row.get("passes")]
-    for name, row in rows.items():
-        if name not in left:
-            new = overhead_row(row["passes"])
-            if "ratio" not in new:
-                new["throughput_summary"] = "ratio of the medians, as first written (the passes kept no throughput)"
-            row.update(new)
+    for row in (row for row in rows.values() if row.get("passes")):
+        new = overhead_row(row["passes"])
+        if "ratio" not in new:
+            new["throughput_summary"] = "ratio of the medians, as first written (the passes kept no throughput)"
+        row.update(new)
     if len(left) < len(rows):
         path.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     return len(rows) - len(left), left
