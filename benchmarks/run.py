@@ -203,9 +203,10 @@ def wait_all(procs: list[subprocess.Popen], started: float, timeout: float) -> l
 
 def one_pass(bench: dict) -> dict:
     """What a row keeps of each pass of one side: its core, wall time, throughput, CPU of every process, the chief's
-    steps alone."""
-    return {"core": bench["core"], **{key: round(bench[key], 3) for key in
-                                      ("wall_s", "images_per_sec", "cpu_s", "steady_cpu_s")}}
+    steps alone. CPU seconds to the microsecond, as the kernel gives them: rounded to the millisecond, a smoke
+    run's two lengths could read the same CPU, a per-step CPU of 0 (CI of 2026-11-27)."""
+    return {"core": bench["core"], **{key: round(bench[key], 3) for key in ("wall_s", "images_per_sec")},
+            **{key: round(bench[key], 6) for key in ("cpu_s", "steady_cpu_s")}}
 
 
 def overhead_row(passes: list[dict]) -> dict:

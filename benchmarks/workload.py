@@ -25,9 +25,10 @@ SCRIPT_START = time.time()
 
 
 def cpu_now() -> float:
-    """CPU seconds of this process so far (every thread, user + system)."""
-    times = os.times()
-    return times.user + times.system
+    """CPU seconds of this process so far (every thread, user + system), to the nanosecond: not os.times(), which
+    counts in clock ticks (10 ms), so that a smoke run's few steady steps could read 0 s (a ZeroDivisionError in
+    run.py's ratios, CI of 2026-11-27)."""
+    return time.process_time()
 
 
 SCRIPT_START_CPU = cpu_now()

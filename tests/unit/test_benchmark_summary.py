@@ -43,6 +43,13 @@ def test_a_row_pairs_each_repetitions_passes_over_both_core_orders_and_run_lengt
     assert row["distrain_extra_cpu_s_per_run"] == pytest.approx(0.1)  # what is left once the steps are paid
 
 
+def test_a_pass_keeps_its_cpu_seconds_to_the_microsecond():
+    # a smoke run's two lengths can differ by little: rounded to the millisecond, the per-step CPU could read 0
+    # and its ratio divide by it (CI of 2026-11-27)
+    kept = bench_run.one_pass(side(20.6841234, 1.3612345) | {"wall_s": 22.2214567})
+    assert (kept["cpu_s"], kept["steady_cpu_s"], kept["wall_s"]) == (20.684123, 1.361234, 22.221)
+
+
 RESULTS = sorted((ROOT / "benchmarks" / "results").glob("overhead*.json"))
 
 
