@@ -93,6 +93,9 @@ parser.add_argument("--gc-stats", action="store_true",
                          "difference), and the objects the collector tracks")
 parser.add_argument("--upstream-fixes", action="store_true",
                     help="hand-written Keras 3 MWM: apply by hand the upstream fixes distrain applies (keras3_mwm)")
+parser.add_argument("--default-strategy", action="store_true",
+                    help="hand-written MWM: also make its strategy the process's default, as distrain does "
+                         "(tf.distribute.experimental_set_strategy), to measure what that alone costs")
 args = parser.parse_args()
 
 gc_stats: dict = {"collections": [0, 0, 0], "cpu_s": [0.0, 0.0, 0.0]}
@@ -142,6 +145,8 @@ if args.handmade == "mwm":
     for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
         os.environ.pop(name, None)
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    if args.default_strategy:
+        tf.distribute.experimental_set_strategy(strategy)
     rank = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
 elif args.handmade == "horovod":
     import horovod.tensorflow.keras as hvd
