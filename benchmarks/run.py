@@ -238,7 +238,12 @@ def overhead_row(passes: list[dict]) -> dict:
                 **spread(speed["distrain"], speed["hand-written"])}
     # the same samples trained on both sides: CPU per sample compares as CPU per run (or per step)
     for name, values in (("cpu", per_run), ("cpu_per_step", per_step), ("cpu_steady", steady)):
-        row |= {f"{name}_{key}": value for key, value in spread(values["hand-written"], values["distrain"]).items()}
+        try:
+            ratios = spread(values["hand-written"], values["distrain"])
+        except ZeroDivisionError:
+            zero = values["distrain"]
+            raise ValueError(f"{name}: distrain's side measured 0 CPU s in a repetition ({zero})") from None
+        row |= {f"{name}_{key}": value for key, value in ratios.items()}
     return row | {"distrain_cpu_s": statistics.median(per_run["distrain"]),
                   "handwritten_cpu_s": statistics.median(per_run["hand-written"]),
                   "distrain_extra_cpu_s_per_run": statistics.median(fixed), "passes": passes}
@@ -302,7 +307,10 @@ def overhead(reps: int, smoke: bool, only: str = "") -> dict:
         except RuntimeError as exc:
             rows[mode] = {"skipped": f"a variant failed: {_last_error(str(exc))}"}
             continue
-        rows[mode] = overhead_row(passes)
+        try:
+            rows[mode] = overhead_row(passes)
+        except ValueError as exc:  # the row's passes are kept, the other rows still run
+            rows[mode] = {"skipped": f"no ratio: {exc}", "passes": passes}
     shutil.rmtree(state, ignore_errors=True)
     return rows
 

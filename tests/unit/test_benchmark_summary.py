@@ -50,6 +50,13 @@ def test_a_pass_keeps_its_cpu_seconds_to_the_microsecond():
     assert (kept["cpu_s"], kept["steady_cpu_s"], kept["wall_s"]) == (20.684123, 1.361234, 22.221)
 
 
+def test_a_row_whose_distrain_side_measured_no_cpu_says_which_ratio():
+    passes = [{"rep": 0, "steps": steps, "distrain": side(10.0, 0.0), "hand-written": side(10.0 + steps / 100, 1.0)}
+              for steps in (8, 24)]  # the same CPU at both lengths: a per-step CPU of 0
+    with pytest.raises(ValueError, match="cpu_per_step: distrain's side measured 0 CPU s"):
+        bench_run.overhead_row(passes)
+
+
 RESULTS = sorted((ROOT / "benchmarks" / "results").glob("overhead*.json"))
 
 
