@@ -25,9 +25,9 @@ SCRIPT_START = time.time()
 
 
 def cpu_now() -> float:
-    """CPU seconds of this process so far (every thread, user + system), to the nanosecond: not os.times(), which
-    counts in clock ticks (10 ms), so that a smoke run's few steady steps could read 0 s (a ZeroDivisionError in
-    run.py's ratios, CI of 2026-11-27)."""
+    """CPU seconds of this process so far (every thread, user + system), to the nanosecond. Not os.times(): it
+    counts in clock ticks (10 ms), coarse enough for a smoke run's few steady steps to read 0 s (a suspect for the
+    ZeroDivisionError in run.py's ratios, CI of 2026-11-27)."""
     return time.process_time()
 
 
