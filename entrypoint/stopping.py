@@ -93,7 +93,7 @@ def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Any) -> 
                 pass
 
         return NoAgreedStop()
-    reduce_sum = _reducer(plan, tf, engine)
+    reduce_sum = sum_over_ranks(plan, tf, engine)
     every_seconds = plan.stop_check_seconds
     timed = plan.checkpoint_minutes * 60 if backup is not None else 0.0
 
@@ -176,10 +176,8 @@ def _wait_for_chief_checkpoint(plan: Plan, before: int, timeout: float = 5.0) ->
         time.sleep(0.1)
 
 
-def _reducer(plan: Plan, tf: Any, engine: Any) -> Any:
-    """A function summing a short list of floats over all ranks (in-graph for MWM: an eager collective costs far
-    more than the step). Traced without autograph: there is no Python control flow to convert, and converting
-    it doubled the first check's CPU (38 → 19 ms a worker, #21)."""
+def sum_over_ranks(plan: Plan, tf: Any, engine: Any) -> Any:
+    """A function summing a short list of floats over all ranks: the stop check's collective."""
     if plan.size == 1:
         return lambda values: values
     if engine.hvd is not None:
@@ -190,13 +188,41 @@ def _reducer(plan: Plan, tf: Any, engine: Any) -> Any:
             return [float(v) for v in total.numpy()]
 
         return horovod_sum
-    strategy = engine.strategy
+    launcher = _one_device_launcher(engine.strategy)
+    if launcher is not None:
+
+        def eager_sum(values: list[float]) -> list[float]:
+            return [float(v) for v in launcher.all_reduce(tf.constant(values, tf.float32)).numpy()]
+
+        return eager_sum
+    in_graph = in_graph_sum(engine.strategy, tf)
+    return lambda values: [float(v) for v in in_graph(tf.constant(values, tf.float32)).numpy()]
+
+
+def in_graph_sum(strategy: Any, tf: Any) -> Any:
+    """The sum through the strategy's public API, in a tf.function (eager, `strategy.run` costs twice as much).
+    Traced without autograph: there is no Python control flow to convert, and converting it doubled the first
+    check's CPU (38 → 19 ms a worker, #21)."""
 
     @tf.function(autograph=False)
     def in_graph(values):  # noqa: ANN001, ANN202
         return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.identity(values)), axis=None)
 
-    def mwm_sum(values: list[float]) -> list[float]:
-        return [float(v) for v in in_graph(tf.constant(values, tf.float32)).numpy()]
+    return in_graph
 
-    return mwm_sum
+
+def _one_device_launcher(strategy: Any) -> Any:
+    """MWM's own all-reduce launcher (`CollectiveReplicaLauncher`) where a worker has one device, else None.
+
+    Called eagerly, it costs a check 2.3-2.5 ms of a worker's CPU (1.2 on the training thread) against 3.3-3.6
+    (1.9-2.1) through `in_graph_sum`'s tf.function, which resolves its arguments and captures its instance key
+    through a Python callback at every call (benchmarks/allreduce.py --stop-check; two workers on this 2-vCPU VM).
+    Its keys come from the strategy's own allocator, one per call as the tf.function's do, so no key is shared
+    with the strategy's own collectives and every rank draws the same one. A private layout of TensorFlow's
+    (tensorflow/python/distribute/cross_device_ops.py, the same on 2.17 and 2.21): where it differs, or a worker
+    has several devices (one launcher each), None, and the check takes the public way."""
+    launchers = getattr(getattr(getattr(strategy, "extended", None), "_cross_device_ops", None), "_launchers", None)
+    if not isinstance(launchers, list) or len(launchers) != 1 or not callable(getattr(launchers[0], "all_reduce",
+                                                                                      None)):
+        return None
+    return launchers[0]

@@ -79,6 +79,8 @@ def test_benchmarks_smoke_writes_every_ratio(tmp_path):
     assert results["startup"]["ratio"] > 0
     assert "ratio" in results["container"] or "skipped" in results["container"]
     assert set(results["comm"]["allreduce_ms_by_elements"]) == {"mwm ring", "horovod gloo", "horovod mpi"}
+    check = results["comm"]["stop_check (mwm)"]  # distrain's stop check against the public tf.function way
+    assert check["distrain_cpu_ms"] > 0 and check["tf.function_cpu_ms"] > 0 and check["ratio"] > 0, check
 
 
 def test_distrain_bench_json_baseline_and_plot(tmp_path):
