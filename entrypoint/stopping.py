@@ -190,13 +190,20 @@ def sum_over_ranks(plan: Plan, tf: Any, engine: Any) -> Any:
         return horovod_sum
     launcher = _one_device_launcher(engine.strategy)
     if launcher is not None:
+        # the options the public way would merge in: the strategy's, which adopting a script's own may have replaced
+        options = getattr(engine.strategy.extended, "_communication_options", None)
 
         def eager_sum(values: list[float]) -> list[float]:
-            return [float(v) for v in launcher.all_reduce(tf.constant(values, tf.float32)).numpy()]
+            total = launcher.all_reduce(tf.constant(values, tf.float32), options=options)
+            return [float(v) for v in total.numpy()]
 
         return eager_sum
     in_graph = in_graph_sum(engine.strategy, tf)
-    return lambda values: [float(v) for v in in_graph(tf.constant(values, tf.float32)).numpy()]
+
+    def public_sum(values: list[float]) -> list[float]:
+        return [float(v) for v in in_graph(tf.constant(values, tf.float32)).numpy()]
+
+    return public_sum
 
 
 def in_graph_sum(strategy: Any, tf: Any) -> Any:

@@ -81,6 +81,8 @@ def test_benchmarks_smoke_writes_every_ratio(tmp_path):
     assert set(results["comm"]["allreduce_ms_by_elements"]) == {"mwm ring", "horovod gloo", "horovod mpi"}
     check = results["comm"]["stop_check (mwm)"]  # distrain's stop check against the public tf.function way
     assert check["distrain_cpu_ms"] > 0 and check["tf.function_cpu_ms"] > 0 and check["ratio"] > 0, check
+    # TensorFlow's private launcher layout is still the one stopping._one_device_launcher reads (else the public way)
+    assert check["distrain_way"] == "eager_sum", check
 
 
 def test_distrain_bench_json_baseline_and_plot(tmp_path):
