@@ -12,6 +12,7 @@ import statistics
 import time
 
 import entrypoint as dt
+from entrypoint import stopping
 
 # isort: split
 import tensorflow as tf
@@ -30,11 +31,7 @@ if dt.plan().mode == "horovod":
     def reduce_once(tensor):
         return hvd.allreduce(tensor, op=hvd.Sum)
 else:
-    strategy = dt.strategy()
-
-    @tf.function
-    def reduce_once(tensor):
-        return strategy.reduce("SUM", strategy.run(lambda: tf.identity(tensor)), axis=None)
+    reduce_once = stopping.in_graph_sum(dt.strategy(), tf)  # the strategy's public sum, in a tf.function
 
 for size in sizes:
     tensor = tf.ones((size,), tf.float32)
@@ -49,13 +46,10 @@ for size in sizes:
 
 def stop_check_cpu(calls: int, rounds: int = 3) -> dict:
     """Process CPU ms per call (all threads: the collective's work is on TensorFlow's), per way, median of rounds."""
-    from entrypoint import stopping
     from entrypoint.runtime import setup
 
-    in_graph = stopping.in_graph_sum(dt.strategy(), tf)
     ours = stopping.sum_over_ranks(dt.plan(), tf, setup())
-    ways = {"distrain": ours,
-            "tf.function": lambda values: [float(v) for v in in_graph(tf.constant(values, tf.float32)).numpy()]}
+    ways = {"distrain": ours, "tf.function": stopping.public_sum_over_ranks(dt.strategy(), tf)}
     per_call: dict[str, list[float]] = {name: [] for name in ways}
     for _ in range(rounds):
         for name, check in ways.items():

@@ -198,7 +198,12 @@ def sum_over_ranks(plan: Plan, tf: Any, engine: Any) -> Any:
             return [float(v) for v in total.numpy()]
 
         return eager_sum
-    in_graph = in_graph_sum(engine.strategy, tf)
+    return public_sum_over_ranks(engine.strategy, tf)
+
+
+def public_sum_over_ranks(strategy: Any, tf: Any) -> Any:
+    """The stop check's sum through the strategy's public API (`in_graph_sum`), its result as floats."""
+    in_graph = in_graph_sum(strategy, tf)
 
     def public_sum(values: list[float]) -> list[float]:
         return [float(v) for v in in_graph(tf.constant(values, tf.float32)).numpy()]
@@ -229,8 +234,8 @@ def _one_device_launcher(strategy: Any) -> Any:
     with the strategy's own collectives and every rank draws the same one. A private layout of TensorFlow's
     (tensorflow/python/distribute/cross_device_ops.py, the same on 2.17 and 2.21): where it differs, or a worker
     has several devices (one launcher each), None, and the check takes the public way."""
-    launchers = getattr(getattr(getattr(strategy, "extended", None), "_cross_device_ops", None), "_launchers", None)
-    if not isinstance(launchers, list) or len(launchers) != 1 or not callable(getattr(launchers[0], "all_reduce",
-                                                                                      None)):
-        return None
-    return launchers[0]
+    cross_device_ops = getattr(getattr(strategy, "extended", None), "_cross_device_ops", None)
+    launchers = getattr(cross_device_ops, "_launchers", None)
+    if isinstance(launchers, list) and len(launchers) == 1 and callable(getattr(launchers[0], "all_reduce", None)):
+        return launchers[0]
+    return None
