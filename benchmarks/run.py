@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/run.py all            (by hand: results in benchmarks/results/)
     .venv/bin/python benchmarks/run.py overhead --reps 9
     .venv/bin/python benchmarks/run.py overhead --only mwm --reps 3      (re-measure some of its rows)
+    .venv/bin/python benchmarks/run.py overhead --only mwm --one-after-other   (a worker to a core, one side at a time)
     .venv/bin/python benchmarks/run.py all --smoke --out /tmp/bench   (CI: tiny sizes, checks it all runs)
 
 overhead   distrain run/launch (checkpoints on, as by default) vs the same work hand-written for the mode (single,
@@ -28,8 +29,9 @@ container  apptainer run (the image) vs the same work in the host venv, where an
 comm       all-reduce time against tensor size: MWM ring vs Horovod Gloo vs Horovod MPI, 2 local workers
 Side by side (overhead): the two variants run at the same time, each with all its processes on one core,
 then swapped (side_by_side); Horovod's row one after the other, each rank on a core of its own (one_after_other:
-two Horovod ranks on one core make its coordination bistable). Elsewhere the variants alternate within each
-repetition. Every ratio comes with its spread, the lowest and highest of the per-repetition ratios.
+two Horovod ranks on one core make its coordination bistable; `--one-after-other`: every row so). Elsewhere the
+variants alternate within each repetition. Every ratio comes with its spread, the lowest and highest of the
+per-repetition ratios.
 """
 
 from __future__ import annotations
@@ -257,11 +259,13 @@ def steady_cpu(bench: dict) -> float:
     return marks["last_step"] - marks["warmed_up"]
 
 
-def overhead(reps: int, smoke: bool, only: str = "") -> dict:
+def overhead(reps: int, smoke: bool, only: str = "", sequential: bool = False) -> dict:
     """Each mode through distrain against the same work hand-written, side by side (`side_by_side`; Horovod one
     after the other, `one_after_other`). Each pair runs at two lengths: the whole longer run gives the CPU per run
     (start-up and the checkpoint at the epoch end included), and the CPU difference over the extra steps the CPU
-    per step, where a run's fixed costs cancel out; what is left is distrain's extra CPU per run, in seconds."""
+    per step, where a run's fixed costs cancel out; what is left is distrain's extra CPU per run, in seconds.
+    `sequential`: every row one after the other, as Horovod's (to see whether a worker to a core resolves a row
+    better on a given VM)."""
     lengths = (8, 24) if smoke else (300, 1200)
     work = ["--warmup", "3" if smoke else "20", "--pin"]
     state = tempfile.mkdtemp(prefix="distrain-bench-")
@@ -296,7 +300,7 @@ def overhead(reps: int, smoke: bool, only: str = "") -> dict:
             continue
         passes: list[dict] = []  # every pass as measured, so that an outlier can be named afterwards
         try:
-            run_pair = one_after_other if mode.startswith("horovod") else side_by_side
+            run_pair = one_after_other if sequential or mode.startswith("horovod") else side_by_side
             for rep in range(reps):
                 for steps in (short, long):
                     sides = [[{**p, "steady_cpu_s": steady_cpu(p)} for p in side] for side in
@@ -607,6 +611,8 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, 1 repetition: checks it runs")
     parser.add_argument("--only", default="", metavar="TEXT",
                         help="overhead: only the rows whose name holds TEXT (\"mwm\", \"keras3\"), to re-measure them")
+    parser.add_argument("--one-after-other", action="store_true",
+                        help="overhead: every row one after the other, a worker to a core, as Horovod's row always")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--sif", default=os.environ.get("DISTRAIN_BENCH_SIF", "/var/cache/distrain/distrain-test.sif"))
     opts = parser.parse_args()
@@ -620,7 +626,7 @@ def main() -> int:
         if name == "container":
             data = container(reps, opts.smoke, opts.sif)
         elif name == "overhead":
-            data = overhead(reps, opts.smoke, opts.only)
+            data = overhead(reps, opts.smoke, opts.only, opts.one_after_other)
         elif name == "input":
             data = input_pipelines(reps, opts.smoke)
         elif name == "fit":

@@ -3,6 +3,7 @@ on a shared 2-core machine are noise); the numbers come from running benchmarks/
 
 import json
 import math
+import os
 import sys
 
 from helpers import DISTRAIN, clean_env, run
@@ -108,3 +109,14 @@ def test_overhead_only_names_the_rows_when_none_matches(tmp_path):
     assert out.returncode == 1
     assert "no overhead row's name holds 'no such row': the rows are single (keras3), mwm x2 (keras3)" in out.stdout
     assert not list(tmp_path.iterdir())
+
+
+def test_overhead_one_after_other_gives_every_worker_a_core_one_side_at_a_time(tmp_path):
+    # a row that runs side by side by default (each side on one core) runs each side alone on every core instead
+    out = run([sys.executable, "benchmarks/run.py", "overhead", "--smoke", "--only", "single (legacy)",
+               "--one-after-other", "--out", str(tmp_path)], timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:]
+    row = json.loads((tmp_path / "smoke-overhead.json").read_text())["overhead"]["single (legacy)"]
+    every_core = {",".join(str(core) for core in range(os.cpu_count() or 1))}
+    assert {p[side]["core"] for p in row["passes"] for side in ("distrain", "hand-written")} == every_core
+    assert row["cpu_ratio"] > 0
