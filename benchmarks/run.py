@@ -259,12 +259,12 @@ def steady_cpu(bench: dict) -> float:
     return marks["last_step"] - marks["warmed_up"]
 
 
-def overhead(reps: int, smoke: bool, only: str = "", sequential: bool = False) -> dict:
+def overhead(reps: int, smoke: bool, only: str = "", every_row_one_after_other: bool = False) -> dict:
     """Each mode through distrain against the same work hand-written, side by side (`side_by_side`; Horovod one
     after the other, `one_after_other`). Each pair runs at two lengths: the whole longer run gives the CPU per run
     (start-up and the checkpoint at the epoch end included), and the CPU difference over the extra steps the CPU
     per step, where a run's fixed costs cancel out; what is left is distrain's extra CPU per run, in seconds.
-    `sequential`: every row one after the other, as Horovod's (to see whether a worker to a core resolves a row
+    `every_row_one_after_other`: every row as Horovod's (to see whether a worker to a core resolves a row
     better on a given VM)."""
     lengths = (8, 24) if smoke else (300, 1200)
     work = ["--warmup", "3" if smoke else "20", "--pin"]
@@ -300,7 +300,7 @@ def overhead(reps: int, smoke: bool, only: str = "", sequential: bool = False) -
             continue
         passes: list[dict] = []  # every pass as measured, so that an outlier can be named afterwards
         try:
-            run_pair = one_after_other if sequential or mode.startswith("horovod") else side_by_side
+            run_pair = one_after_other if every_row_one_after_other or mode.startswith("horovod") else side_by_side
             for rep in range(reps):
                 for steps in (short, long):
                     sides = [[{**p, "steady_cpu_s": steady_cpu(p)} for p in side] for side in
