@@ -67,13 +67,27 @@ def judge_training(check: str, results: list[dict], expected_ranks: int, log: st
     return Row(check, PASS, "; ".join(parts), seconds)
 
 
+def nccl_network(log: str) -> str:
+    """The network NCCL chose, from its verdict `Using network X` and the devices of its `NET/X : Using ...` line.
+    Never from the lines before the verdict: NCCL probes every transport first and logs `NET/Plugin: Could not
+    find ...` and `NET/IB : No device found.` (even `NET/IB : Using [RO]; OOB eth0`) on a node without them
+    (NCCL 2.28.9 on an H100 node: tests/unit/data/nccl-2.28-init-h100.log)."""
+    verdicts = re.findall(r"NCCL INFO Using network (\w+)", log)
+    if not verdicts:
+        return ""
+    network = verdicts[-1]
+    devices = re.findall(rf"NCCL INFO NET/{network} ?: Using ([^;\n]*)", log)
+    listed = devices[-1].replace("[RO]", "").strip() if devices else ""
+    return f"{network} ({listed})" if listed else network
+
+
 def collective_used(result: Mapping, log: str) -> str:
     """What carried the all-reduce, as the libraries report it (not as the settings ask)."""
     if result.get("size", 1) < 2:
         return ""
-    nccl = re.search(r"NCCL INFO (?:Using network |NET/)(\w+)", log)
+    nccl = nccl_network(log)
     if nccl:
-        return f"NCCL over {nccl.group(1)} (NCCL's own log)"
+        return f"NCCL over {nccl} (NCCL's own log)"
     if result.get("mode") == "horovod":
         return f"Horovod with {result.get('horovod_controller', '?')}" + (
             "" if result.get("gpus") else " on CPU (Horovod uses NCCL only for GPU tensors)")

@@ -1,6 +1,8 @@
 """The selftest's judgements (entrypoint/selftest.py), fed what ranks and tools report: a check passes only on
 evidence, fails with the reason, and skips what cannot run here."""
 
+from pathlib import Path
+
 from entrypoint.selftest import (
     collective_used,
     driver_row,
@@ -12,6 +14,7 @@ from entrypoint.selftest import (
     report,
 )
 
+NCCL_LOGS = Path(__file__).parent / "data"
 RANK = {"rank": 0, "size": 2, "mode": "mwm", "host": "n1", "loss_first": 0.7, "loss_last": 0.4, "weights": "ab",
         "gpus": []}
 SMI = """| NVIDIA-SMI 535.183.01             Driver Version: 535.183.01   CUDA Version: 12.2     |"""
@@ -33,6 +36,18 @@ def test_the_collective_is_named_from_the_libraries_own_words():
     assert collective_used(RANK, "n1:42 [0] NCCL INFO Using network IB") == "NCCL over IB (NCCL's own log)"
     assert "ring collectives over gRPC" in collective_used(RANK, "")
     assert collective_used({**RANK, "mode": "horovod", "horovod_controller": "mpi"}, "").startswith("Horovod with mpi")
+
+
+def test_nccls_transport_is_read_from_its_verdict_not_from_its_probes():
+    """NCCL 2.28.9's own log on an H100 node without InfiniBand probes the plugin and IB before it says
+    `Using network Socket`; an IB node's (written from NCCL's documented messages) names its HCAs."""
+    h100 = (NCCL_LOGS / "nccl-2.28-init-h100.log").read_text()
+    assert "NET/Plugin" in h100 and "NET/IB : No device found" in h100  # what a first-match reading took
+    assert collective_used(RANK, h100) == "NCCL over Socket ([0]eth0:192.0.2.2<0>) (NCCL's own log)"
+    infiniband = (NCCL_LOGS / "nccl-ib-init.log").read_text()
+    assert collective_used(RANK, infiniband) == "NCCL over IB ([0]mlx5_0:1/IB [1]mlx5_1:1/IB) (NCCL's own log)"
+    probes_only = "\n".join(line for line in h100.splitlines() if "Using network" not in line)
+    assert "ring collectives over gRPC" in collective_used(RANK, probes_only)  # no verdict: NCCL carried nothing
 
 
 def test_a_driver_older_than_the_images_cuda_fails():
