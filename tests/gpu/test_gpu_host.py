@@ -105,3 +105,28 @@ def test_the_selftest_driver_row_reads_the_drivers_cuda():
     assert driver_row(supported).status == "pass"
     newer = f"{int(supported.split('.')[0]) + 1}.0"
     assert driver_row(newer).status == "fail" and f"older than the image's CUDA {newer}" in driver_row(newer).detail
+
+
+NCCL_ONE_RANK = """import os, torch, torch.distributed as dist
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533")
+dist.init_process_group("nccl", rank=0, world_size=1)
+tensor = torch.ones(2**20, device="cuda")
+dist.all_reduce(tensor)
+torch.cuda.synchronize()
+dist.destroy_process_group()
+"""
+
+
+def test_the_selftest_names_the_network_nccls_own_log_chose():
+    """A real NCCL's INFO log (PyTorch's, where this Python has it: TensorFlow's NCCL writes the same lines),
+    read as the selftest reads its ranks' logs: the network is the one NCCL's verdict names."""
+    pytest.importorskip("torch")
+    from entrypoint.selftest import collective_used
+
+    out = subprocess.run([sys.executable, "-c", NCCL_ONE_RANK], env={**os.environ, "NCCL_DEBUG": "INFO"},
+                         capture_output=True, text=True, timeout=300)
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-3000:]
+    (verdict,) = set(re.findall(r"NCCL INFO Using network (\w+)", log))
+    named = collective_used({"size": 2, "mode": "mwm"}, log)
+    assert named.startswith(f"NCCL over {verdict}"), (named, log[-3000:])
