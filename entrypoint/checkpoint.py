@@ -153,7 +153,7 @@ def make_backup_callback(plan: Plan, keras: Any) -> Any:
 
         def _backup(self, epoch: int, batch: int = 0) -> None:
             if self.before_write is not None and not self._averaged:
-                self.before_write()  # every rank is here: a timed checkpoint, a stop (stopping.py)
+                self.before_write(self._position)  # every rank is here: a timed checkpoint, a stop (stopping.py)
             if not plan.is_chief:
                 # only the chief writes. Under MWM tf_keras has every worker write a copy (to a temp dir it then
                 # deletes), because reading an ON_READ variable is a collective all must join; the chief reads
@@ -187,8 +187,12 @@ def make_backup_callback(plan: Plan, keras: Any) -> Any:
                     _drop_checkpoint(chief_dir, newest)
                     _refuse_if_positioned_elsewhere(self, plan)
             epoch = int(self._training_state._ckpt_saved_epoch.numpy())
-            if epoch >= 0 and plan.is_chief:
-                position = runs.read_position(plan.checkpoint_dir)
+            if epoch < 0:
+                return
+            position = runs.read_position(plan.checkpoint_dir)
+            if position and self.exact and self.after_restore is not None:
+                self.after_restore((position["epoch"], position["step"]))
+            if plan.is_chief:
                 at = runs.describe(**position) if position else f"the end of epoch {epoch + 1}"
                 log().info(f"resumed from checkpoint in {chief_dir}: training goes on at {at}")
 
@@ -209,7 +213,7 @@ def make_backup_callback(plan: Plan, keras: Any) -> Any:
     save_freq: Any = plan.checkpoint_every or "epoch"
     backup = Backup(backup_dir=plan.checkpoint_dir, save_freq=save_freq)
     backup._position, backup.written, backup.exact, backup.expected = (0, 0), False, False, None
-    backup.before_write, backup._averaged = None, False
+    backup.before_write, backup.after_restore, backup._averaged = None, None, False
     return backup
 
 
@@ -231,7 +235,9 @@ def _keras3_backup(plan: Plan, keras: Any) -> Any:
             self._due = False  # DISTRAIN_CHECKPOINT_EVERY steps passed since the last timed checkpoint
             self.exact = False
             self.expected = None
-            self.before_write: Callable[[], None] | None = None  # runner.py: sync.py's average, on every rank
+            # runner.py: sync.py's per-rank state, kept before a mid-epoch write and given back after a restore
+            self.before_write: Callable[[tuple[int, int]], None] | None = None
+            self.after_restore: Callable[[tuple[int, int]], None] | None = None
 
         def on_train_begin(self, logs: Any = None) -> None:
             while True:
@@ -251,8 +257,10 @@ def _keras3_backup(plan: Plan, keras: Any) -> Any:
                     _drop_checkpoint(chief_dir, newest)
                     _refuse_if_positioned_elsewhere(self, plan)
             self.model._initial_epoch = done
+            position = runs.read_position(plan.checkpoint_dir) if self.exact else None
+            if position and self.after_restore is not None:
+                self.after_restore((position["epoch"], position["step"]))
             if plan.is_chief:
-                position = runs.read_position(plan.checkpoint_dir) if self.exact else None
                 at = runs.describe(**position) if position else runs.describe(done, 0)
                 log().info(f"resumed from checkpoint in {chief_dir}: training goes on at {at}")
 
@@ -285,7 +293,7 @@ def _keras3_backup(plan: Plan, keras: Any) -> Any:
 
         def _save(self, epochs_done: int, step: int = 0, averaged: bool = False) -> bool:
             if self.before_write is not None and not averaged:
-                self.before_write()  # every rank is here: a timed checkpoint, a stop (stopping.py)
+                self.before_write((epochs_done, step))  # every rank is here: a timed checkpoint, a stop
             if not plan.is_chief:
                 return True  # the chief reads locally: nothing collective for the others to join
             os.makedirs(chief_dir, mode=0o700, exist_ok=True)

@@ -78,6 +78,29 @@ def position_input(arguments: dict, *, keras_family: str, checkpoint_dir: str, r
     return position
 
 
+def build_before_restore(model: Any, arguments: dict, checkpoint_dir: str) -> None:
+    """A model built on its first batch (a Sequential without an input shape) has no variables for a checkpoint to
+    be restored into before that batch: Keras 3.3's load_weights refuses, and tf_keras defers the restore into the
+    first step, where no rank's own state (sync.py) can follow it. Built from the input's spec first, only where
+    a checkpoint will be restored: its weights replace the ones built."""
+    if getattr(model, "built", True) or not runs.newest_checkpoint(os.path.join(checkpoint_dir, "chief")):
+        return
+    shape = _input_shape(arguments.get("x"))
+    if shape is not None:
+        model.build(shape)
+
+
+def _input_shape(x: Any) -> tuple | None:
+    """The shape of a batch of the model's input, batch dimension None; None where it is not one array."""
+    if x is not None and batches.is_dataset(x):
+        spec = x.element_spec
+        spec = spec[0] if isinstance(spec, tuple) else spec
+        shape = getattr(spec, "shape", None)
+        return tuple(shape.as_list()) if shape is not None and shape.rank is not None else None
+    shape = getattr(x, "shape", None)
+    return (None, *shape[1:]) if shape is not None and len(shape) > 0 else None
+
+
 def _within(position: Position, steps: int, epochs: int) -> Position:
     if position.step >= steps:
         position = Position(position.epoch + 1, 0)

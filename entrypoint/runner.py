@@ -59,12 +59,13 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
         user = list(args_.get("callbacks") or [])
         before, after = _horovod_callbacks(engine, keras, user), []
         average = sync.make_callback(keras, tf, engine) if engine.size > 1 else None
-        if average is not None:
-            before.append(average)  # identical BN statistics on every rank
+        if average is not None:  # identical BN statistics on every rank; before Horovod's broadcast callbacks,
+            before.insert(0, average)  # to keep that state out of them (sync.py)
         backup = None
         if plan.checkpoint_dir and not any(isinstance(c, keras.callbacks.BackupAndRestore) for c in user):
             backup = checkpoint.make_backup_callback(plan, keras)
-            backup.before_write = average.average_now if average is not None else None
+            if average is not None:
+                backup.before_write, backup.after_restore = average.save_own, average.restore_own
             after.append(backup)
         stop = stopping.make_callback(plan, keras, tf, engine, backup)
         after.append(stop)
@@ -80,6 +81,8 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
         if backup is not None:
             backup.exact, backup.expected = position is not None, position
         _adapt_input(engine, keras, self, args_, user)
+        if backup is not None:
+            resume.build_before_restore(self, args_, plan.checkpoint_dir)
         if engine.rank != 0:
             args_["verbose"] = 0
         elif "verbose" not in args_ and not sys.stdout.isatty():

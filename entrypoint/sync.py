@@ -6,8 +6,10 @@ but with a collective that a chief-only save never completes (compat/adopt.local
 local copies must be equal). Keras 3's TensorFlow variables do not aggregate (3.3.x ignores `aggregation`, later
 3.x default to "none"), and Horovod never did: each rank keeps, and the chief saves, its own moving mean. This
 callback averages the floating-point non-trainable variables across ranks at every epoch end (and at the end of
-a fit that ended mid-epoch), before the checkpoint and user callbacks that read them, and before a checkpoint
-written mid-epoch, so every rank ends with the same model and the chief's checkpoint holds everyone's state.
+a fit that ended mid-epoch), before the checkpoint and user callbacks that read them, so every rank ends with
+the same model and the chief's epoch-end checkpoint holds everyone's state. Within an epoch each rank keeps its
+own: a checkpoint written mid-epoch keeps every rank's copy beside it (rank_state.py), and a resume there gives
+each rank its own back.
 
 Custom loops written for Horovod (`hvd.DistributedGradientTape`, `hvd.broadcast_variables(model.variables)`, a
 rank-0 save, as Horovod's TF2 examples do) have no epoch end distrain sees and save on rank 0 alone, which can
@@ -21,15 +23,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import rank_state
 from .compat.keras3_horovod import tf_variables
+from .log import get as log
 
 MOVING_STATISTICS = ("moving_mean", "moving_variance")  # BatchNormalization's, in tf_keras and Keras 3
 
 
 def make_callback(keras: Any, tf: Any, engine: Any) -> Any:
-    strategy = engine.strategy
+    strategy, plan = engine.strategy, engine.plan
 
     def state(model: Any) -> list:
+        if not getattr(model, "built", True):  # a model built on its first batch has no variables yet
+            return []
         return [v for v in tf_variables(model.non_trainable_variables) if v.dtype.is_floating]
 
     if engine.hvd is not None:
@@ -54,23 +60,52 @@ def make_callback(keras: Any, tf: Any, engine: Any) -> Any:
         def __init__(self) -> None:
             super().__init__()
             self._stepped = False  # an epoch began since the last average
+            self._kept_out = False  # this state is registered with the broadcasts (Horovod)
             self.broadcasts: list = []  # runner.py: this fit's Horovod broadcast callbacks (distrain's, the script's)
 
         def on_train_begin(self, logs: Any = None) -> None:
-            # Horovod broadcasts rank 0's variables after a fit's first step. For this state that would drop the
-            # other ranks' first step, at a resumed fit's first step instead of the run's: a resumed run would end
-            # with other moving statistics than the run never stopped. Equal at this point (initial values, or
-            # restored from the one checkpoint), averaged here: kept out of that broadcast
+            self._kept_out = False
+            self.keep_out_of_broadcasts()
+
+        def keep_out_of_broadcasts(self) -> None:
+            """Horovod broadcasts rank 0's variables after a fit's first step. For this state that would drop the
+            other ranks' first step, at a resumed fit's first step instead of the run's: a resumed run would end
+            with other moving statistics than the run never stopped. Equal at this point (initial values, or
+            restored from the one checkpoint), averaged here: kept out of that broadcast. A model built on its
+            first batch has its variables only after that step: then at its end, before the broadcast (this
+            callback comes before Horovod's)."""
+            variables = state(self.model) if self.broadcasts and not self._kept_out else []
             for broadcast in self.broadcasts:
-                for variable in state(self.model):
+                for variable in variables:
                     broadcast.register_local_var(variable)
+            self._kept_out = self._kept_out or bool(variables)
 
         def average_now(self) -> None:
-            """Also before a checkpoint written mid-epoch (checkpoint.py's `before_write`), which every rank
-            reaches: the chief alone writes its copy, so it must be everyone's."""
             variables = state(self.model)
             if variables:
                 average(variables)
+
+        def save_own(self, position: tuple[int, int]) -> None:
+            """Before a checkpoint written mid-epoch (checkpoint.py's `before_write`), which every rank reaches:
+            the chief's holds its own state, so each rank keeps its own beside it (rank_state.py)."""
+            variables = state(self.model)
+            if variables and plan.checkpoint_dir:
+                rank_state.save(plan.checkpoint_dir, position, engine.rank, engine.size,
+                                rank_state.local_values(variables, tf, mwm=engine.hvd is None))
+
+        def restore_own(self, position: tuple[int, int]) -> None:
+            """After the checkpoint at `position` was restored (checkpoint.py's `after_restore`)."""
+            variables = state(self.model)
+            if not variables or not plan.checkpoint_dir:
+                return
+
+            def assign(values: list) -> None:
+                for variable, value in zip(variables, values):
+                    variable.assign(value)
+
+            done = rank_state.restore(plan.checkpoint_dir, position, engine.rank, engine.size, assign)
+            if done and plan.is_chief and "averaged" in done:
+                log().info(done)
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             self._stepped = True
@@ -82,8 +117,19 @@ def make_callback(keras: Any, tf: Any, engine: Any) -> Any:
         def on_train_end(self, logs: Any = None) -> None:
             if self._stepped:  # a fit that ended mid-epoch; after an epoch's end the state is already averaged
                 self.average_now()
+            if plan.checkpoint_dir:
+                rank_state.remove(plan.checkpoint_dir, engine.rank)
 
-    return AverageNonTrainableState()
+    if engine.hvd is None:
+        return AverageNonTrainableState()
+
+    class AverageNonTrainableStateUnderHorovod(AverageNonTrainableState):
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            # Horovod's broadcast callback asks for batch hooks anyway; no batch hook under MWM
+            if not self._kept_out:
+                self.keep_out_of_broadcasts()
+
+    return AverageNonTrainableStateUnderHorovod()
 
 
 def average_moving_statistics_in_custom_loops(hvd: Any, tf: Any) -> bool:

@@ -1,8 +1,8 @@
 """Horovod's tensorflow2_keras_mnist.py example, as users copy it: horovod.tensorflow.keras, GPU pinning by local
 rank, a repeated dataset each rank shuffles by itself, the learning rate scaled by hvd.size() and warmed up,
 hvd.DistributedOptimizer, compile(experimental_run_tf_function=False), the broadcast and metric-average
-callbacks, a rank-0 ModelCheckpoint, steps_per_epoch divided by the number of ranks. (The digits stand in for
-MNIST: no download.)"""
+callbacks, a rank-0 ModelCheckpoint, steps_per_epoch divided by the number of ranks, a Sequential with no input
+shape (built on its first batch). (The digits stand in for MNIST: no download.)"""
 import hashlib
 import os
 import sys
@@ -29,7 +29,6 @@ dataset = tf.data.Dataset.from_tensor_slices(
 dataset = dataset.repeat().shuffle(2000).batch(32)
 
 mnist_model = tf.keras.Sequential([
-    tf.keras.layers.Input((8, 8, 1)),
     counting.layer(tf.keras),
     tf.keras.layers.Conv2D(16, [3, 3], activation="relu"),
     tf.keras.layers.Flatten(),

@@ -1,6 +1,6 @@
-"""Keras 3 CNN in the style of the Keras examples: BatchNormalization and Dropout, numpy input whose last batch
-holds a single sample (769 = 12 x 64 + 1), validation_data as arrays, ModelCheckpoint to .keras, EarlyStopping,
-CSVLogger; evaluate and predict after fit."""
+"""Keras 3 CNN in the style of the Keras examples, with no input shape (built on its first batch):
+BatchNormalization and Dropout, numpy input whose last batch holds a single sample (769 = 12 x 64 + 1),
+validation_data as arrays, ModelCheckpoint to .keras, EarlyStopping, CSVLogger; evaluate and predict after fit."""
 import hashlib
 import os
 import sys
@@ -16,7 +16,6 @@ rng = np.random.default_rng(7)
 x = rng.random((897, 10, 10, 1)).astype("float32")
 y = (x[:, :5].mean(axis=(1, 2, 3)) > x[:, 5:].mean(axis=(1, 2, 3))).astype("int64")
 model = keras.Sequential([
-    keras.Input((10, 10, 1)),
     counting.layer(keras),
     layers.Conv2D(8, 3, activation="relu"),
     layers.BatchNormalization(),

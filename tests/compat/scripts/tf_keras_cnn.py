@@ -1,5 +1,5 @@
-"""A tf_keras CNN with BatchNormalization and Dropout, and the usual callbacks: ModelCheckpoint, EarlyStopping,
-TensorBoard; evaluate and predict after fit."""
+"""A tf_keras CNN with no input shape (built on its first batch), BatchNormalization and Dropout, and the usual
+callbacks: ModelCheckpoint, EarlyStopping, TensorBoard; evaluate and predict after fit."""
 import hashlib
 import os
 import sys
@@ -15,7 +15,6 @@ rng = np.random.default_rng(4)
 x = rng.random((640, 12, 12, 1)).astype("float32")
 y = (x[:, :6].mean(axis=(1, 2, 3)) > x[:, 6:].mean(axis=(1, 2, 3))).astype("int64")
 model = tf.keras.Sequential([
-    tf.keras.layers.Input((12, 12, 1)),
     counting.layer(tf.keras),
     tf.keras.layers.Conv2D(8, 3, activation="relu"),
     tf.keras.layers.BatchNormalization(),

@@ -28,6 +28,7 @@ parser.add_argument("--input", choices=["numpy", "tfdata"], default="numpy",
                     help="numpy arrays with shuffle=True, or a tf.data dataset with a seeded per-epoch reshuffle")
 parser.add_argument("--batch-norm", action="store_true",
                     help="a BatchNormalization layer; its moving statistics go to DIR/statistics.npy, apart")
+parser.add_argument("--no-input-shape", action="store_true", help="a Sequential built on its first batch")
 args = parser.parse_args()
 
 tf.keras.utils.set_random_seed(1)
@@ -78,8 +79,9 @@ class StopAt(tf.keras.callbacks.Callback):
 
 
 normalize = [tf.keras.layers.BatchNormalization()] if args.batch_norm else []
-model = tf.keras.Sequential([tf.keras.layers.Input((5,)), RecordIds(), tf.keras.layers.Dense(8, activation="relu"),
-                             *normalize, tf.keras.layers.Dense(1)])
+shape = [] if args.no_input_shape else [tf.keras.layers.Input((5,))]
+model = tf.keras.Sequential([*shape, RecordIds(), tf.keras.layers.Dense(8, activation="relu"), *normalize,
+                             tf.keras.layers.Dense(1)])
 model.compile(optimizer=tf.keras.optimizers.Adam(0.01), loss=tf.keras.losses.BinaryCrossentropy(from_logits=True),
               steps_per_execution=args.steps_per_execution)
 stop_at = os.environ.get("STOP_AT") or os.environ.get("CRASH_AT")
