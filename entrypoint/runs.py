@@ -156,7 +156,8 @@ def open_run(state_dir: str, run: RunIdentity, rank: int, command: Sequence[str]
             "or set DISTRAIN_RESUME=0 to start over there")
     if rank == 0:
         if not resume:
-            shutil.rmtree(os.path.join(state_dir, "chief"), ignore_errors=True)
+            for kept in ("chief", "ranks"):  # the checkpoints, each rank's own state beside them (rank_state.py)
+                shutil.rmtree(os.path.join(state_dir, kept), ignore_errors=True)
         write_private_json(os.path.join(state_dir, IDENTITY_FILE),
                             {"name": run.name, "key": run.key, "command": list(command)})
     position = read_position(state_dir) if resume else None
