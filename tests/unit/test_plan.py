@@ -2,6 +2,7 @@
 
 import contextlib
 import json
+from pathlib import Path
 
 import pytest
 
@@ -271,3 +272,15 @@ def test_installed_versions_first_on_the_path_wins(tmp_path):
             (folder / name).mkdir()
     assert installed_versions([str(first), str(tmp_path / "missing"), str(second)]) == {
         "keras": "3.3.2", "tf_keras": "2.17.0", "tensorflow": "2.17.1"}
+
+
+def test_the_timers_defaults_are_the_readmes():
+    """The defaults the integration tests shorten through the settings (a stall floor of 15 s, checks at every
+    step) are, unset, what the README's configuration table says."""
+    plan = detect({}, gpus=[])
+    assert (plan.stall_seconds, plan.stall_pause_seconds, plan.stop_check_seconds, plan.checkpoint_minutes) == \
+        (120.0, 1800.0, 2.0, 30.0)
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    for variable, default in (("DISTRAIN_STALL_SECONDS", "120"), ("DISTRAIN_STALL_PAUSE_SECONDS", "1800"),
+                              ("DISTRAIN_STOP_CHECK_SECONDS", "2"), ("DISTRAIN_CHECKPOINT_MINUTES", "30")):
+        assert f"| `{variable}` | `{default}` |" in readme, variable
