@@ -98,6 +98,12 @@ def save_model(engine: Engine, model: Any, path: str | os.PathLike, save: Callab
     log().info(f"saved model to {path}")
 
 
+def save_weights_locally(plan: Plan, model: Any, path: str) -> None:
+    """The chief's model.save_weights, with no collective for the other ranks to join (see _local_reads)."""
+    with _local_reads(plan):
+        model.save_weights(path)
+
+
 def _local_reads(plan: Plan) -> Any:
     """Under MWM, read ON_READ variables locally while saving (see compat/adopt.local_reads)."""
     if plan.mode != "mwm" or plan.size < 2:
@@ -109,10 +115,11 @@ def _local_reads(plan: Plan) -> Any:
     return local_reads(tf)
 
 
-def make_backup_callback(plan: Plan, keras: Any) -> Any:
-    """A backup-and-restore callback for this plan (built lazily: it needs the Keras module setup chose)."""
+def make_backup_callback(plan: Plan, keras: Any, stage: int = 1) -> Any:
+    """A backup-and-restore callback for this plan (built lazily: it needs the Keras module setup chose), for the
+    script's fit number `stage`, whose checkpoints are in plan.checkpoint_dir (runner.py: runs.stage_dir)."""
     if plan.keras == "keras3":
-        return _keras3_backup(plan, keras)
+        return _keras3_backup(plan, keras, stage)
 
     class Backup(keras.callbacks.BackupAndRestore):
         """BackupAndRestore that survives a corrupt newest checkpoint and is written by the chief alone."""
@@ -193,7 +200,7 @@ def make_backup_callback(plan: Plan, keras: Any) -> Any:
             if position and self.exact and self.after_restore is not None:
                 self.after_restore((position["epoch"], position["step"]))
             if plan.is_chief:
-                at = runs.describe(**position) if position else f"the end of epoch {epoch + 1}"
+                at = runs.describe(**position, stage=stage) if position else f"the end of epoch {epoch + 1}"
                 log().info(f"resumed from checkpoint in {chief_dir}: training goes on at {at}")
 
         def save_now(self, epoch: int, batch: int) -> str | None:
@@ -207,7 +214,7 @@ def make_backup_callback(plan: Plan, keras: Any) -> Any:
             else:
                 self._position = _after(self, epoch, batch)
                 self._backup(epoch=epoch, batch=batch)
-                where = runs.describe(*self._position)
+                where = runs.describe(*self._position, stage=stage)
             return where if self.written else None
 
     save_freq: Any = plan.checkpoint_every or "epoch"
@@ -217,7 +224,7 @@ def make_backup_callback(plan: Plan, keras: Any) -> Any:
     return backup
 
 
-def _keras3_backup(plan: Plan, keras: Any) -> Any:
+def _keras3_backup(plan: Plan, keras: Any, stage: int) -> Any:
     """distrain's backup-and-restore for Keras 3, whose own BackupAndRestore writes one file from every worker at
     once, not atomically, and keeps no older copy to fall back to. Same layout and rules as the tf_keras one:
     `<dir>/chief/ckpt-N.weights.h5` (weights and optimizer state) + `ckpt-N.json` (epochs done), written by the
@@ -261,7 +268,7 @@ def _keras3_backup(plan: Plan, keras: Any) -> Any:
             if position and self.after_restore is not None:
                 self.after_restore((position["epoch"], position["step"]))
             if plan.is_chief:
-                at = runs.describe(**position) if position else runs.describe(done, 0)
+                at = runs.describe(**position, stage=stage) if position else runs.describe(done, 0, stage)
                 log().info(f"resumed from checkpoint in {chief_dir}: training goes on at {at}")
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
@@ -325,7 +332,7 @@ def _keras3_backup(plan: Plan, keras: Any) -> Any:
         def save_now(self, epoch: int, batch: int) -> str | None:
             if self.exact:
                 position = _after(self, epoch, batch)
-                return runs.describe(*position) if self._save(*position) else None
+                return runs.describe(*position, stage=stage) if self._save(*position) else None
             if not self._save(epoch):
                 return None
             return f"the start of epoch {epoch + 1}, with its partial progress"

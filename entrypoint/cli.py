@@ -109,16 +109,18 @@ def _resume_note(plan: Plan) -> str | None:
     why = problem(plan.checkpoint_workdir)
     if why:
         return f"checkpoint: not used, {why}"
-    from .runs import describe, newest_checkpoint, read_position
+    from .runs import describe, newest_checkpoint, resume_point, stage_dir
 
-    newest = newest_checkpoint(os.path.join(plan.checkpoint_dir, "chief"))
-    if not newest:
+    point = resume_point(plan.checkpoint_dir)
+    if point is None:
         return None
+    stage, position = point
+    newest = newest_checkpoint(os.path.join(stage_dir(plan.checkpoint_dir, stage), "chief"))
     if not plan.resume:
         return f"resume: no, DISTRAIN_RESUME=0 (the checkpoint {newest} will be removed)"
-    position = read_position(plan.checkpoint_dir)
-    at = f" at {describe(**position)}" if position else ""
-    return f"resume: a checkpoint exists ({newest}); the next fit() resumes from it{at}"
+    at = f" at {describe(**position, stage=stage)}" if position else ""
+    which = "the next fit()" if stage == 1 else f"the script's fit number {stage}"
+    return f"resume: a checkpoint exists ({newest}); {which} resumes from it{at}"
 
 
 @app.command("plan", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -83,7 +83,13 @@ def build_before_restore(model: Any, arguments: dict, checkpoint_dir: str) -> No
     be restored into before that batch: Keras 3.3's load_weights refuses, and tf_keras defers the restore into the
     first step, where no rank's own state (sync.py) can follow it. Built from the input's spec first, only where
     a checkpoint will be restored: its weights replace the ones built."""
-    if getattr(model, "built", True) or not runs.newest_checkpoint(os.path.join(checkpoint_dir, "chief")):
+    if runs.newest_checkpoint(os.path.join(checkpoint_dir, "chief")):
+        build_from_input(model, arguments)
+
+
+def build_from_input(model: Any, arguments: dict) -> None:
+    """Build a model not built yet from the shape of fit's input (see build_before_restore; stages.py)."""
+    if getattr(model, "built", True):
         return
     shape = _input_shape(arguments.get("x"))
     if shape is not None:

@@ -9,15 +9,17 @@ distribute themselves); the public API works either way.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
+import itertools
 import os
 import runpy
 import sys
 import threading
 from typing import Any
 
-from . import batches, checkpoint, resume, stalls, steps, stopping, sync
+from . import batches, checkpoint, resume, runs, stages, stalls, steps, stopping, sync
 from .compat import adopt
 from .engines import Engine
 from .log import configure as configure_log
@@ -52,22 +54,35 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
     fit_sig = inspect.signature(orig_fit)
     compile_sig = inspect.signature(orig_compile)
 
+    fits = itertools.count(1)  # the script's fits in call order: each a stage of the run, its own checkpoints
+
     @_once
     def fit(self, *args, **kwargs):  # noqa: ANN001, ANN202
         bound = fit_sig.bind(self, *args, **kwargs)
         args_ = bound.arguments
         user = list(args_.get("callbacks") or [])
+        stage_number = next(fits)
+        stage = _stage_plan(plan, stage_number)
+        own_backup = any(isinstance(c, keras.callbacks.BackupAndRestore) for c in user)
+        fit_signature = stages.signature(args_)  # before anything rewrites the arguments
+        if stage.checkpoint_dir and not own_backup:
+            finished = stages.recorded(stage.checkpoint_dir, fit_signature, lambda line: _say(engine, line))
+            if finished is not None:
+                _say(engine, f"fit {stage_number} finished in an earlier attempt: its end state is restored, "
+                             "not trained again")
+                resume.build_from_input(self, args_)
+                return stages.restore(stage.checkpoint_dir, finished, self, keras, engine.rank)
         before, after = _horovod_callbacks(engine, keras, user), []
-        average = sync.make_callback(keras, tf, engine) if engine.size > 1 else None
+        average = sync.make_callback(keras, tf, engine, stage) if engine.size > 1 else None
         if average is not None:  # identical BN statistics on every rank; before Horovod's broadcast callbacks,
             before.insert(0, average)  # to keep that state out of them (sync.py)
         backup = None
-        if plan.checkpoint_dir and not any(isinstance(c, keras.callbacks.BackupAndRestore) for c in user):
-            backup = checkpoint.make_backup_callback(plan, keras)
+        if stage.checkpoint_dir and not own_backup:
+            backup = checkpoint.make_backup_callback(stage, keras, stage_number)
             if average is not None:
                 backup.before_write, backup.after_restore = average.save_own, average.restore_own
             after.append(backup)
-        stop = stopping.make_callback(plan, keras, tf, engine, backup)
+        stop = stopping.make_callback(stage, keras, tf, engine, backup)
         after.append(stop)
         configure_log(f"[{engine.rank}/{engine.size}]")  # the ranks now: Horovod elastic renumbers them in a reset
         watch = stalls.make_callback(plan, keras)
@@ -77,18 +92,22 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
         args_["callbacks"] = [steps.make_callback(keras, step_ends), watch, *before, *user, *after]
         if average is not None and engine.hvd is not None:
             average.broadcasts = [c for c in args_["callbacks"] if hasattr(c, "register_local_var")]
-        position = _position_input(engine, self, args_, user) if backup is not None else None
+        position = _position_input(engine, stage, self, args_, user) if backup is not None else None
         if backup is not None:
             backup.exact, backup.expected = position is not None, position
         _adapt_input(engine, keras, self, args_, user)
         if backup is not None:
-            resume.build_before_restore(self, args_, plan.checkpoint_dir)
+            resume.build_before_restore(self, args_, stage.checkpoint_dir)
         if engine.rank != 0:
             args_["verbose"] = 0
         elif "verbose" not in args_ and not sys.stdout.isatty():
             args_["verbose"] = 2  # one line per epoch in batch logs instead of a progress bar per step
         with resume.starting_at(plan.keras, self, position), steps.observed(self, step_ends):
-            return orig_fit(*bound.args, **bound.kwargs)
+            history = orig_fit(*bound.args, **bound.kwargs)
+        if backup is not None:
+            stages.record(stage.checkpoint_dir, history, fit_signature, engine.rank,
+                          lambda path: checkpoint.save_weights_locally(plan, self, path), plan.keras == "keras3")
+        return history
 
     @_once
     def compile(self, *args, **kwargs):  # noqa: ANN001, ANN202, A001
@@ -144,6 +163,11 @@ def _horovod_callbacks(engine: Engine, keras: Any, user: list) -> list:
     ) if not adopt.has_horovod_callback(user, name)]
 
 
+def _say(engine: Engine, line: str) -> None:
+    if engine.plan.is_chief:
+        log().info(line)
+
+
 def _note_input(engine: Engine, line: str) -> None:
     """One line on what was done with fit's input, from the chief, once."""
     if engine.plan.is_chief and not getattr(_inside, "noted_input", False):
@@ -167,14 +191,24 @@ def _adapt_input(engine: Engine, keras: Any, model: Any, arguments: dict, user_c
                                     note=lambda line: _note_input(engine, line))
 
 
-def _position_input(engine: Engine, model: Any, arguments: dict, user_callbacks: list) -> resume.Position | None:
+def _stage_plan(plan: Any, stage: int) -> Any:
+    """The plan of the script's fit number `stage`: the run's, with that fit's own checkpoint directory."""
+    if not plan.checkpoint_dir or stage == 1:
+        return plan
+    directory = runs.stage_dir(plan.checkpoint_dir, stage)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    return dataclasses.replace(plan, checkpoint_dir=directory)
+
+
+def _position_input(engine: Engine, plan: Any, model: Any, arguments: dict,
+                    user_callbacks: list) -> resume.Position | None:
     """Exact resume's input (resume.py), cut into this rank's shares where zero-code Horovod splits batches."""
     if engine.hvd is not None and engine.size > 1 and not _splits_batches_between_ranks(engine, model,
                                                                                           user_callbacks):
         return None  # each rank reads its own data, as the script chose: nothing shared to position
     rank, size = (engine.rank, engine.size) if engine.hvd is not None else (0, 1)
     replicas = engine.strategy.num_replicas_in_sync if engine.strategy is not None else size
-    return resume.position_input(arguments, keras_family=engine.plan.keras, checkpoint_dir=engine.plan.checkpoint_dir,
+    return resume.position_input(arguments, keras_family=plan.keras, checkpoint_dir=plan.checkpoint_dir,
                                  rank=rank, size=size, replicas=replicas, note=lambda line: _note_input(engine, line))
 
 
@@ -217,3 +251,5 @@ def run_script(script: str, argv: list[str], engine: Engine | None) -> None:
     sys.argv = [script, *argv]
     sys.path.insert(0, os.path.dirname(script))
     runpy.run_path(script, run_name="__main__")
+    if engine is not None and engine.plan.hooks and engine.plan.is_chief and engine.plan.checkpoint_dir:
+        stages.clear(engine.plan.checkpoint_dir)  # the script ended: running it again trains again

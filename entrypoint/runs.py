@@ -29,6 +29,7 @@ from .errors import ConfigError
 
 IDENTITY_FILE = "run.json"
 POSITION_SUFFIX = ".position"  # ckpt-N.position beside each checkpoint: where a resume from it starts
+STAGE_PREFIX = "fit-"  # fit-<K>/: the checkpoints of the script's K-th fit (the first fit's are in the run dir)
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,24 @@ def _lock(directory: str, rank: int) -> None:
     _LOCKS[path] = fd
 
 
+def stage_dir(run_dir: str, stage: int) -> str:
+    """Where fit number `stage` of the script (1-based, in call order) keeps its checkpoints: a fine-tuning script's
+    second fit never resumes from the first one's, nor the first from the second's. The first fit's is the run
+    directory itself, the next ones `fit-<K>` in it."""
+    return run_dir if stage == 1 else os.path.join(run_dir, f"{STAGE_PREFIX}{stage}")
+
+
+def resume_point(run_dir: str) -> tuple[int, dict | None] | None:
+    """The fit a rerun resumes in (the highest with a checkpoint) and its recorded position, or None."""
+    stages = [1] + [int(m[1]) for m in (re.fullmatch(rf"{STAGE_PREFIX}(\d+)", os.path.basename(d))
+                                          for d in glob.glob(os.path.join(run_dir, f"{STAGE_PREFIX}*"))) if m]
+    for stage in sorted(stages, reverse=True):
+        directory = stage_dir(run_dir, stage)
+        if newest_checkpoint(os.path.join(directory, "chief")):
+            return stage, read_position(directory)
+    return None
+
+
 def checkpoint_number(path: str) -> int:
     """N of a checkpoint's prefix `.../ckpt-N` or of one of its files `.../ckpt-N.<suffix>`."""
     return int(re.match(r"ckpt-(\d+)", os.path.basename(path)).group(1))
@@ -135,7 +154,8 @@ def _recorded(state_dir: str) -> dict | None:
 
 
 def _has_state(state_dir: str) -> bool:
-    return os.path.isdir(os.path.join(state_dir, "chief")) and bool(os.listdir(os.path.join(state_dir, "chief")))
+    chief = os.path.join(state_dir, "chief")
+    return resume_point(state_dir) is not None or (os.path.isdir(chief) and bool(os.listdir(chief)))
 
 
 def open_run(state_dir: str, run: RunIdentity, rank: int, command: Sequence[str], resume: bool,
@@ -155,20 +175,24 @@ def open_run(state_dir: str, run: RunIdentity, rank: int, command: Sequence[str]
             "DISTRAIN_CHECKPOINT_DIR, name both the same with DISTRAIN_RUN to continue it with other arguments, "
             "or set DISTRAIN_RESUME=0 to start over there")
     if rank == 0:
-        if not resume:
-            for kept in ("chief", "ranks"):  # the checkpoints, each rank's own state beside them (rank_state.py)
+        if not resume:  # the checkpoints, each rank's own state beside them (rank_state.py), the later fits'
+            for kept in ("chief", "ranks", *map(os.path.basename, glob.glob(os.path.join(state_dir, "fit-*")))):
                 shutil.rmtree(os.path.join(state_dir, kept), ignore_errors=True)
         write_private_json(os.path.join(state_dir, IDENTITY_FILE),
                             {"name": run.name, "key": run.key, "command": list(command)})
-    position = read_position(state_dir) if resume else None
-    if position is None and resume and _has_state(state_dir):
-        return f"resuming run {run.name} from its last checkpoint (state in {state_dir})"
-    if position is None:
+    point = resume_point(state_dir) if resume else None
+    if point is None:
         again = " (DISTRAIN_RESUME=0: earlier state removed)" if not resume else ""
         return f"new run {run.name}{again} (state in {state_dir}; the same command resumes it)"
-    return f"resuming run {run.name} at {describe(**position)} (state in {state_dir})"
+    stage, position = point
+    if position is None:
+        return f"resuming run {run.name} from its last checkpoint{' in fit ' + str(stage) if stage > 1 else ''} " \
+               f"(state in {state_dir})"
+    return f"resuming run {run.name} at {describe(**position, stage=stage)} (state in {state_dir})"
 
 
-def describe(epoch: int, step: int) -> str:
-    """Where a resume starts, 1-based, from a position (`epoch` epochs done, `step` steps into the next)."""
-    return f"epoch {epoch + 1}, step {step + 1}" if step else f"the start of epoch {epoch + 1}"
+def describe(epoch: int, step: int, stage: int = 1) -> str:
+    """Where a resume starts, 1-based, from a position (`epoch` epochs done, `step` steps into the next) in the
+    script's fit number `stage` (named from the second on)."""
+    fit = f"fit {stage}, " if stage > 1 else ""
+    return f"{fit}epoch {epoch + 1}, step {step + 1}" if step else f"{fit}the start of epoch {epoch + 1}"

@@ -30,8 +30,9 @@ from .log import get as log
 MOVING_STATISTICS = ("moving_mean", "moving_variance")  # BatchNormalization's, in tf_keras and Keras 3
 
 
-def make_callback(keras: Any, tf: Any, engine: Any) -> Any:
-    strategy, plan = engine.strategy, engine.plan
+def make_callback(keras: Any, tf: Any, engine: Any, plan: Any) -> Any:
+    """plan: this fit's (its checkpoint directory: runner._stage_plan)."""
+    strategy = engine.strategy
 
     def state(model: Any) -> list:
         if not getattr(model, "built", True):  # a model built on its first batch has no variables yet

@@ -1,0 +1,93 @@
+"""Every `fit` of a script is a stage of its run (entrypoint/stages.py): a fine-tuning script as Keras' guide
+writes it (tests/integration/scripts/fine_tune.py: the head with the base frozen, then everything with a lower
+learning rate, EarlyStopping and ReduceLROnPlateau, then evaluate), stopped by SIGTERM in its second fit and run
+again, passes through the first fit without training it, resumes the second exactly, and ends with the weights and
+the evaluation of the run never stopped, every sample trained once per fit and epoch. Mode x Keras family,
+pairwise (each mode once, each family in several modes; --full: the product)."""
+
+import itertools
+import os
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import DISTRAIN, KERAS_FAMILIES, ROOT, keras_env, run
+
+SCRIPT = str(ROOT / "tests" / "integration" / "scripts" / "fine_tune.py")
+LAUNCHERS = {
+    "single": [DISTRAIN, "run"],
+    "mwm": [DISTRAIN, "launch", "-n", "2"],
+    "horovod": ["horovodrun", "-np", "2", "--gloo", DISTRAIN, "run"],
+}
+PAIRWISE = [("single", "keras3"), ("mwm", "legacy"), ("horovod", "keras3")]
+CORE = {("single", "keras3"), ("mwm", "legacy")}
+
+
+def cases():
+    full = os.environ.get("DISTRAIN_TEST_TIER") == "full"
+    for case in (itertools.product(LAUNCHERS, KERAS_FAMILIES) if full else PAIRWISE):
+        yield pytest.param(*case, marks=[pytest.mark.core] if case in CORE else [], id="-".join(case))
+
+
+def fine_tune(mode: str, family: str, out: Path, state: Path, **env: str):
+    out.mkdir(exist_ok=True)
+    return run([*LAUNCHERS[mode], SCRIPT, "--out", str(out)],
+               env=keras_env(family, DISTRAIN_OUTPUT_DIR=str(state), **env))
+
+
+def trained_ids(out: Path) -> dict[str, list[str]]:
+    """Each rank's trained batches in each fit, in order."""
+    return {p.name: p.read_text().splitlines() for p in sorted(out.glob("ids-rank*-fit*.txt"))}
+
+
+def stopped_then_rerun(mode: str, family: str, tmp_path: Path, stop_at: str, between=lambda state: None) -> str:
+    stopped = fine_tune(mode, family, tmp_path / "b", tmp_path / "state-b", STOP_AT=stop_at,
+                        DISTRAIN_STOP_CHECK_SECONDS="0")
+    assert stopped.returncode != 0 and "after saving a checkpoint" in stopped.stdout, stopped.stdout[-3000:]
+    between(tmp_path / "state-b")
+    rerun = fine_tune(mode, family, tmp_path / "b", tmp_path / "state-b")
+    assert rerun.returncode == 0, rerun.stdout[-3000:]
+    return rerun.stdout
+
+
+def assert_the_same_run(tmp_path: Path) -> None:
+    reference, stopped_and_rerun = trained_ids(tmp_path / "a"), trained_ids(tmp_path / "b")
+    assert len(reference) in (2, 4) and stopped_and_rerun == reference  # every batch once, in its fit and order
+    assert np.array_equal(np.load(tmp_path / "a" / "weights.npy"), np.load(tmp_path / "b" / "weights.npy"))
+    assert (tmp_path / "a" / "evaluation.txt").read_text() == (tmp_path / "b" / "evaluation.txt").read_text()
+
+
+@pytest.mark.parametrize(("mode", "family"), list(cases()))
+def test_a_fine_tuning_script_stopped_in_its_second_fit_resumes_there_exactly(tmp_path, mode, family):
+    never_stopped = fine_tune(mode, family, tmp_path / "a", tmp_path / "state-a")
+    assert never_stopped.returncode == 0, never_stopped.stdout[-3000:]
+    rerun = stopped_then_rerun(mode, family, tmp_path, stop_at="2:2:2")
+    assert re.search(r"resuming run fine_tune-\w+ at fit 2, epoch 2, step \d+ ", rerun), rerun[-3000:]
+    assert "fit 1 finished in an earlier attempt: its end state is restored, not trained again" in rerun
+    assert_the_same_run(tmp_path)
+    assert not list((tmp_path / "state-b").glob("runs/*/finished"))  # the script ended: a rerun trains again
+
+
+def test_a_stop_in_the_first_fit_resumes_there(tmp_path):
+    assert fine_tune("single", "legacy", tmp_path / "a", tmp_path / "state-a").returncode == 0
+    rerun = stopped_then_rerun("single", "legacy", tmp_path, stop_at="1:2:2")
+    assert re.search(r"resuming run fine_tune-\w+ at epoch 2, step \d+ ", rerun), rerun[-3000:]
+    assert_the_same_run(tmp_path)
+
+
+def test_a_finished_fit_forgotten_is_trained_again_negative_control(tmp_path):
+    """The first fit's record removed before the rerun: it trains again (its batches twice in all), which the
+    comparison above would catch."""
+    assert fine_tune("single", "keras3", tmp_path / "a", tmp_path / "state-a").returncode == 0
+
+    def forget_the_first_fit(state: Path) -> None:
+        (finished,) = state.glob("runs/*/finished")
+        shutil.rmtree(finished)
+
+    stopped_then_rerun("single", "keras3", tmp_path, stop_at="2:2:2", between=forget_the_first_fit)
+    reference, rerun = trained_ids(tmp_path / "a"), trained_ids(tmp_path / "b")
+    assert rerun["ids-rank0-fit1.txt"] == reference["ids-rank0-fit1.txt"] * 2
+    assert rerun["ids-rank0-fit2.txt"] == reference["ids-rank0-fit2.txt"]
