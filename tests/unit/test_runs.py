@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -56,6 +57,21 @@ def test_open_run_says_new_then_resuming_at_the_recorded_position(tmp_path):
     runs.write_position(str(chief / "ckpt-3"), 2, 5)
     line = runs.open_run(str(tmp_path), identity(), 0, ["train.py"], True, False)
     assert line.startswith("resuming run a at epoch 3, step 6")  # 5 steps of epoch 3 done
+
+
+def test_a_rerun_resumes_in_the_latest_fit_with_a_checkpoint_and_says_which(tmp_path):
+    """A script's second fit keeps its checkpoints in fit-2/ (the first fit's are in the run dir): the first line
+    names that fit, and DISTRAIN_RESUME=0 removes every fit's state."""
+    assert runs.stage_dir(str(tmp_path), 1) == str(tmp_path)
+    second = Path(runs.stage_dir(str(tmp_path), 2)) / "chief"
+    second.mkdir(parents=True)
+    (second / "ckpt-1.json").write_text("{}")
+    runs.write_position(str(second / "ckpt-1"), 1, 2)
+    assert runs.resume_point(str(tmp_path)) == (2, {"epoch": 1, "step": 2})
+    line = runs.open_run(str(tmp_path), identity(), 0, ["train.py"], True, False)
+    assert line.startswith("resuming run a at fit 2, epoch 2, step 3 ")
+    line = runs.open_run(str(tmp_path), identity(), 0, ["train.py"], False, False)
+    assert line.startswith("new run a (DISTRAIN_RESUME=0") and not second.parent.exists()
 
 
 def test_the_position_is_the_newest_complete_checkpoints_own(tmp_path):
