@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from . import runs, workdirs
+from . import callback_state, runs, workdirs
 from .engines import Engine
 from .errors import EXIT_PREEMPTED, DistrainError, EnvironmentProblem
 from .log import get as log
@@ -115,11 +115,12 @@ def _local_reads(plan: Plan) -> Any:
     return local_reads(tf)
 
 
-def make_backup_callback(plan: Plan, keras: Any, stage: int = 1) -> Any:
+def make_backup_callback(plan: Plan, keras: Any, stage: int = 1, script_callbacks: tuple = ()) -> Any:
     """A backup-and-restore callback for this plan (built lazily: it needs the Keras module setup chose), for the
-    script's fit number `stage`, whose checkpoints are in plan.checkpoint_dir (runner.py: runs.stage_dir)."""
+    script's fit number `stage`, whose checkpoints are in plan.checkpoint_dir (runner.py: runs.stage_dir); the
+    counters of `script_callbacks` go with every checkpoint (callback_state.py)."""
     if plan.keras == "keras3":
-        return _keras3_backup(plan, keras, stage)
+        return _keras3_backup(plan, keras, stage, script_callbacks)
 
     class Backup(keras.callbacks.BackupAndRestore):
         """BackupAndRestore that survives a corrupt newest checkpoint and is written by the chief alone."""
@@ -178,6 +179,7 @@ def make_backup_callback(plan: Plan, keras: Any, stage: int = 1) -> Any:
             if self.written:
                 if newest := newest_checkpoint(chief_dir):
                     runs.write_position(newest, *self._position)
+                    callback_state.write(newest, script_callbacks)
                 workdirs.make_tree_private(self.backup_dir)  # TensorFlow writes with the umask: make it 0600/0700
 
         def _restore_guarded(self, begin: Callable[..., Any]) -> None:
@@ -196,6 +198,7 @@ def make_backup_callback(plan: Plan, keras: Any, stage: int = 1) -> Any:
             epoch = int(self._training_state._ckpt_saved_epoch.numpy())
             if epoch < 0:
                 return
+            callback_state.restore(newest_checkpoint(chief_dir) or "", script_callbacks)
             position = runs.read_position(plan.checkpoint_dir)
             if position and self.exact and self.after_restore is not None:
                 self.after_restore((position["epoch"], position["step"]))
@@ -224,7 +227,7 @@ def make_backup_callback(plan: Plan, keras: Any, stage: int = 1) -> Any:
     return backup
 
 
-def _keras3_backup(plan: Plan, keras: Any, stage: int) -> Any:
+def _keras3_backup(plan: Plan, keras: Any, stage: int, script_callbacks: tuple) -> Any:
     """distrain's backup-and-restore for Keras 3, whose own BackupAndRestore writes one file from every worker at
     once, not atomically, and keeps no older copy to fall back to. Same layout and rules as the tf_keras one:
     `<dir>/chief/ckpt-N.weights.h5` (weights and optimizer state) + `ckpt-N.json` (epochs done), written by the
@@ -264,6 +267,7 @@ def _keras3_backup(plan: Plan, keras: Any, stage: int) -> Any:
                     _drop_checkpoint(chief_dir, newest)
                     _refuse_if_positioned_elsewhere(self, plan)
             self.model._initial_epoch = done
+            callback_state.restore(newest, script_callbacks)
             position = runs.read_position(plan.checkpoint_dir) if self.exact else None
             if position and self.after_restore is not None:
                 self.after_restore((position["epoch"], position["step"]))
@@ -315,6 +319,7 @@ def _keras3_backup(plan: Plan, keras: Any, stage: int) -> Any:
                         self.model.save_weights(tmp)
                     os.replace(tmp, prefix + ".weights.h5")
                     runs.write_position(prefix, epochs_done, step)
+                    callback_state.write(prefix, script_callbacks)
                     with open(prefix + ".json.tmp", "w") as handle:
                         json.dump({"epochs_done": epochs_done}, handle)
                     os.replace(prefix + ".json.tmp", prefix + ".json")  # last: without it there is no checkpoint

@@ -19,7 +19,7 @@ import sys
 import threading
 from typing import Any
 
-from . import batches, checkpoint, resume, runs, stages, stalls, steps, stopping, sync
+from . import batches, callback_state, checkpoint, resume, runs, stages, stalls, steps, stopping, sync
 from .compat import adopt
 from .engines import Engine
 from .log import configure as configure_log
@@ -78,7 +78,9 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
             before.insert(0, average)  # to keep that state out of them (sync.py)
         backup = None
         if stage.checkpoint_dir and not own_backup:
-            backup = checkpoint.make_backup_callback(stage, keras, stage_number)
+            backup = checkpoint.make_backup_callback(stage, keras, stage_number, tuple(user))
+            for lost in callback_state.not_restorable(user):
+                _say(engine, f"a resume cannot give back {lost}: they are those of the epochs since it")
             if average is not None:
                 backup.before_write, backup.after_restore = average.save_own, average.restore_own
             after.append(backup)

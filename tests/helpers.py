@@ -15,6 +15,15 @@ VENV_BIN = Path(sys.executable).parent
 DISTRAIN = str(VENV_BIN / "distrain")
 # Under pytest-xdist (scripts/test.sh), the worker running this test: gw0, gw1, ...
 XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+# scripts/test.sh --full: the whole product of combinations, and what CI's default tier leaves out (tests/README.md)
+FULL_TIER = os.environ.get("DISTRAIN_TEST_TIER") == "full"
+
+
+def full_tier_only(why: str):  # noqa: ANN201 - a pytest mark
+    """Skip in CI's default tier (said in the skip reason); run by scripts/test.sh --full."""
+    import pytest
+
+    return pytest.mark.skipif(not FULL_TIER, reason=f"--full tier only: {why}")
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -5,9 +5,23 @@ import json
 import math
 import sys
 
-from helpers import DISTRAIN, clean_env, run
+from helpers import DISTRAIN, clean_env, full_tier_only, run
 
 
+def test_the_stop_check_takes_the_strategys_own_all_reduce_launcher(tmp_path):
+    """The one benchmark that guards the product: stopping.sum_over_ranks calls TensorFlow's private launcher
+    layout eagerly, and falls back to the public (slower) way where the layout changed. The comm benchmark names
+    the way in use; CI fails when a TensorFlow changes it, instead of the stop check growing slower unseen."""
+    out = run([sys.executable, "benchmarks/run.py", "comm", "--smoke", "--out", str(tmp_path)], timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:]
+    comm = json.loads((tmp_path / "smoke-comm.json").read_text())["comm"]
+    assert set(comm["allreduce_ms_by_elements"]) == {"mwm ring", "horovod gloo", "horovod mpi"}
+    check = comm["stop_check (mwm)"]  # distrain's stop check against the public tf.function way
+    assert check["distrain_cpu_ms"] > 0 and check["tf.function_cpu_ms"] > 0 and check["ratio"] > 0, check
+    assert check["distrain_way"] == "eager_sum", check
+
+
+@full_tier_only("the benchmarks' harness, not a promise of the README (6 minutes on a quiet VM, 14 on a slow one)")
 def test_benchmarks_smoke_writes_every_ratio(tmp_path):
     # the timeout only guards against a hang: 6 minutes on a fast VM, 14-15 on the slowest EPYC VMs seen
     out = run([sys.executable, "benchmarks/run.py", "all", "--smoke", "--out", str(tmp_path)], timeout=1800)
@@ -110,6 +124,7 @@ def test_overhead_only_names_the_rows_when_none_matches(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+@full_tier_only("a flag of the benchmarks' harness")
 def test_overhead_one_after_other_gives_every_worker_a_core_one_side_at_a_time(tmp_path):
     # a row that runs side by side by default (each side on one core) runs each side alone on every core instead
     out = run([sys.executable, "benchmarks/run.py", "overhead", "--smoke", "--only", "single (legacy)",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import DISTRAIN, assert_trained_in_sync, clean_env, load_model, results, run
+from helpers import DISTRAIN, FULL_TIER, assert_trained_in_sync, clean_env, load_model, results, run
 from slurm_jobs import submit
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -28,13 +28,17 @@ LAUNCH = {
 # picks tf_keras by itself (plan._keras_family), so no script here needs DISTRAIN_KERAS
 
 
+# One process runs a script's own distribution code the same way whatever the script (a strategy of one worker, a
+# Horovod of one rank): in the default tier, one script of each kind in one process; every one in --full
+ONE_PROCESS = {"guide_mwm.py", "tf_tutorial_mwm_ctl.py", "keras3_cnn_bn.py", "tf_keras_cnn.py", "guide_horovod.py",
+               "horovod_tf2_custom_loop_keras3.py"}
+
+
 def cases():
-    for script in OWN_MWM:
-        yield from ((script, mode) for mode in ("single", "mwm"))
-    for script in ANY_LAUNCHER:
-        yield from ((script, mode) for mode in ("single", "mwm", "horovod"))
-    for script in HOROVOD_BY_HAND:
-        yield from ((script, mode) for mode in ("single", "horovod"))
+    for scripts, modes in ((OWN_MWM, ("single", "mwm")), (ANY_LAUNCHER, ("single", "mwm", "horovod")),
+                           (HOROVOD_BY_HAND, ("single", "horovod"))):
+        for script in scripts:
+            yield from ((script, mode) for mode in modes if mode != "single" or FULL_TIER or script in ONE_PROCESS)
 
 
 @pytest.mark.parametrize(("script", "mode"), list(cases()))

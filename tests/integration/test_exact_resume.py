@@ -7,7 +7,6 @@ too: each rank updates its own from its batches until the epoch's end averages t
 every rank's own (rank_state.py) and the resume gives each rank its own back."""
 
 import itertools
-import os
 import re
 import shutil
 from collections.abc import Callable
@@ -18,7 +17,7 @@ import numpy as np
 import pytest
 
 from entrypoint.runs import newest_checkpoint
-from helpers import DISTRAIN, KERAS_FAMILIES, ROOT, keras_env, run
+from helpers import DISTRAIN, FULL_TIER, KERAS_FAMILIES, ROOT, keras_env, run
 
 SCRIPT = str(ROOT / "tests" / "integration" / "scripts" / "exact_resume.py")
 LAUNCHERS = {
@@ -54,9 +53,8 @@ CORE = {PAIRWISE[0], PAIRWISE[2], PAIRWISE[3]}
 
 
 def cases():
-    full = os.environ.get("DISTRAIN_TEST_TIER") == "full"
     product = itertools.product(("numpy", "tfdata"), LAUNCHERS, KERAS_FAMILIES, ("input-shape", "built-on-first-batch"))
-    for case in (product if full else PAIRWISE):
+    for case in (product if FULL_TIER else PAIRWISE):
         yield pytest.param(*case, marks=[pytest.mark.core] if case in CORE else [], id="-".join(case))
 
 

@@ -6,7 +6,6 @@ the evaluation of the run never stopped, every sample trained once per fit and e
 pairwise (each mode once, each family in several modes; --full: the product)."""
 
 import itertools
-import os
 import re
 import shutil
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import DISTRAIN, KERAS_FAMILIES, ROOT, keras_env, run
+from helpers import DISTRAIN, FULL_TIER, KERAS_FAMILIES, ROOT, keras_env, run
 
 SCRIPT = str(ROOT / "tests" / "integration" / "scripts" / "fine_tune.py")
 LAUNCHERS = {
@@ -27,14 +26,13 @@ CORE = {("single", "keras3"), ("mwm", "legacy")}
 
 
 def cases():
-    full = os.environ.get("DISTRAIN_TEST_TIER") == "full"
-    for case in (itertools.product(LAUNCHERS, KERAS_FAMILIES) if full else PAIRWISE):
+    for case in (itertools.product(LAUNCHERS, KERAS_FAMILIES) if FULL_TIER else PAIRWISE):
         yield pytest.param(*case, marks=[pytest.mark.core] if case in CORE else [], id="-".join(case))
 
 
-def fine_tune(mode: str, family: str, out: Path, state: Path, **env: str):
+def fine_tune(mode: str, family: str, out: Path, state: Path, args: tuple = (), **env: str):
     out.mkdir(exist_ok=True)
-    return run([*LAUNCHERS[mode], SCRIPT, "--out", str(out)],
+    return run([*LAUNCHERS[mode], SCRIPT, "--out", str(out), *args],
                env=keras_env(family, DISTRAIN_OUTPUT_DIR=str(state), **env))
 
 
@@ -43,12 +41,13 @@ def trained_ids(out: Path) -> dict[str, list[str]]:
     return {p.name: p.read_text().splitlines() for p in sorted(out.glob("ids-rank*-fit*.txt"))}
 
 
-def stopped_then_rerun(mode: str, family: str, tmp_path: Path, stop_at: str, between=lambda state: None) -> str:
-    stopped = fine_tune(mode, family, tmp_path / "b", tmp_path / "state-b", STOP_AT=stop_at,
+def stopped_then_rerun(mode: str, family: str, tmp_path: Path, stop_at: str, args: tuple = (),
+                       between=lambda state: None) -> str:
+    stopped = fine_tune(mode, family, tmp_path / "b", tmp_path / "state-b", args, STOP_AT=stop_at,
                         DISTRAIN_STOP_CHECK_SECONDS="0")
     assert stopped.returncode != 0 and "after saving a checkpoint" in stopped.stdout, stopped.stdout[-3000:]
     between(tmp_path / "state-b")
-    rerun = fine_tune(mode, family, tmp_path / "b", tmp_path / "state-b")
+    rerun = fine_tune(mode, family, tmp_path / "b", tmp_path / "state-b", args)
     assert rerun.returncode == 0, rerun.stdout[-3000:]
     return rerun.stdout
 
@@ -91,3 +90,35 @@ def test_a_finished_fit_forgotten_is_trained_again_negative_control(tmp_path):
     reference, rerun = trained_ids(tmp_path / "a"), trained_ids(tmp_path / "b")
     assert rerun["ids-rank0-fit1.txt"] == reference["ids-rank0-fit1.txt"] * 2
     assert rerun["ids-rank0-fit2.txt"] == reference["ids-rank0-fit2.txt"]
+
+
+@pytest.mark.parametrize(("mode", "family"), [pytest.param("single", "keras3", marks=pytest.mark.core),
+                                              ("mwm", "legacy")], ids=["single-keras3", "mwm-legacy"])
+def test_callbacks_whose_patience_runs_out_right_after_the_stop_decide_as_in_the_run_never_stopped(tmp_path, mode,
+                                                                                                     family):
+    """--plateau: the second fit's loss never improves by min_delta=10, so ReduceLROnPlateau halves the learning
+    rate at every epoch end but the first and EarlyStopping (patience 2) stops after epoch 3. Stopped in epoch 3,
+    the rerun goes on with their counters (callback_state.py): it stops after epoch 3 too, with the same weights."""
+    never_stopped = fine_tune(mode, family, tmp_path / "a", tmp_path / "state-a", args=("--plateau",))
+    assert never_stopped.returncode == 0, never_stopped.stdout[-3000:]
+    assert (tmp_path / "a" / "last-epoch.txt").read_text() == "3"
+    stopped_then_rerun(mode, family, tmp_path, stop_at="2:3:2", args=("--plateau",))
+    assert (tmp_path / "b" / "last-epoch.txt").read_text() == "3"
+    assert_the_same_run(tmp_path)
+
+
+def test_callbacks_started_afresh_decide_otherwise_negative_control(tmp_path):
+    """The callbacks' counters removed before the rerun: EarlyStopping waits from scratch and stops two epochs
+    later, with other weights."""
+    assert fine_tune("single", "legacy", tmp_path / "a", tmp_path / "state-a", args=("--plateau",)).returncode == 0
+
+    def forget_the_callbacks(state: Path) -> None:
+        kept = list(state.glob("runs/*/fit-2/chief/ckpt-*.callbacks"))
+        assert kept  # beside every checkpoint of the second fit
+        for path in kept:
+            path.unlink()
+
+    stopped_then_rerun("single", "legacy", tmp_path, stop_at="2:3:2", args=("--plateau",),
+                       between=forget_the_callbacks)
+    assert (tmp_path / "b" / "last-epoch.txt").read_text() == "5"
+    assert not np.array_equal(np.load(tmp_path / "a" / "weights.npy"), np.load(tmp_path / "b" / "weights.npy"))

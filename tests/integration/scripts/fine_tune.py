@@ -19,6 +19,9 @@ import tensorflow as tf
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", required=True)
+parser.add_argument("--plateau", action="store_true",
+                    help="the second fit's loss never improves enough (min_delta=10): ReduceLROnPlateau halves the "
+                         "learning rate after every epoch but the first, EarlyStopping stops after the third")
 args = parser.parse_args()
 
 tf.keras.utils.set_random_seed(3)
@@ -81,9 +84,13 @@ model.fit(x, y, batch_size=16, epochs=2, callbacks=[StopAt(1)])
 base.trainable = True  # then everything, slowly
 model.compile(optimizer=tf.keras.optimizers.Adam(1e-3), loss=tf.keras.losses.BinaryCrossentropy(from_logits=True))
 fit_number[0] = 2
-callbacks = [tf.keras.callbacks.EarlyStopping(monitor="loss", patience=4),
-             tf.keras.callbacks.ReduceLROnPlateau(monitor="loss", patience=4), StopAt(2)]
-model.fit(x, y, batch_size=16, epochs=3, callbacks=callbacks)
+if args.plateau:
+    callbacks = [tf.keras.callbacks.EarlyStopping(monitor="loss", min_delta=10, patience=2),
+                 tf.keras.callbacks.ReduceLROnPlateau(monitor="loss", min_delta=10, patience=1, factor=0.5), StopAt(2)]
+else:
+    callbacks = [tf.keras.callbacks.EarlyStopping(monitor="loss", patience=4),
+                 tf.keras.callbacks.ReduceLROnPlateau(monitor="loss", patience=4), StopAt(2)]
+history = model.fit(x, y, batch_size=16, epochs=5 if args.plateau else 3, callbacks=callbacks)
 evaluation = model.evaluate(x, y, batch_size=32, verbose=0)
 
 weights = np.concatenate([w.ravel() for w in model.get_weights()])
@@ -91,3 +98,5 @@ if my_rank() == 0:
     np.save(os.path.join(args.out, "weights.npy"), weights)
     with open(os.path.join(args.out, "evaluation.txt"), "w") as handle:
         handle.write(repr(float(evaluation)))
+    with open(os.path.join(args.out, "last-epoch.txt"), "w") as handle:  # where the second fit ended
+        handle.write(str(history.epoch[-1] + 1))
