@@ -59,6 +59,14 @@ def check_script(script: str) -> str:
             head = handle.read(200)
         if not head.startswith(b"#!") or b"python" not in head.split(b"\n", 1)[0]:
             raise ConfigError(f"{script!r} is not a Python script (expected a .py file)")
+    with open(script, "rb") as handle:
+        source = handle.read()
+    try:  # before TensorFlow loads and before a run is started: one line, not a traceback through distrain
+        compile(source, script, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:
+        where = f"{script}:{exc.lineno}" if getattr(exc, "lineno", None) else script
+        why = getattr(exc, "msg", exc)
+        raise ConfigError(f"{where}: {why}: the script does not compile; fix it and rerun") from None
     return os.path.abspath(script)
 
 
@@ -159,6 +167,9 @@ def main() -> None:
     """Console entry: `distrain train.py ...` is `distrain run train.py ...` (what the image runs)."""
     argv = sys.argv[1:]
     if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
+        if not os.path.exists(argv[0]) and not argv[0].endswith(".py") and os.sep not in argv[0]:
+            commands = ", ".join(c for c in COMMANDS if not c.startswith("-"))
+            fail(f"no command or script {argv[0]!r} (commands: {commands}; a script: distrain run train.py)", 2)
         argv = ["run", *argv]
     if len(argv) >= 2 and argv[0] == "run" and not argv[1].startswith("-"):
         try:

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from entrypoint.cli import app
 from entrypoint.console import parse_launch
-from helpers import ROOT, small_tmpfs
+from helpers import ROOT, clean_env, small_tmpfs
 from readme_blocks import block
 
 COMMANDS = [["run"], ["launch"], ["plan"], ["doctor"], ["data"], ["bench"], ["image"], ["image", "build"],
@@ -94,3 +94,20 @@ def test_launch_options_are_parsed_as_typer_would_or_left_to_typer():
     for typer_reports_it in (["--help"], ["-n", "x", "t.py"], ["-n", "2"], ["--port"], [], ["-n3", "t.py"],
                              ["-n=3", "t.py"]):
         assert parse_launch(typer_reports_it) is None, typer_reports_it
+
+
+def test_a_mistyped_command_is_not_taken_for_a_script(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "entrypoint", "runz"], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "distrain: error: no command or script 'runz' (commands: run, launch, plan," in out.stderr
+
+
+def test_a_script_that_does_not_compile_is_one_line_before_any_run_starts(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import numpy\n\nfor epoch in range(3)\n    print(epoch)\n")
+    for command in (["run"], ["launch", "-n", "2"]):
+        out = subprocess.run([sys.executable, "-m", "entrypoint", *command, str(script)], cwd=tmp_path, text=True,
+                             capture_output=True, env=clean_env(DISTRAIN_OUTPUT_DIR=str(tmp_path / "o")))
+        assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+        assert f"distrain: error: {script}:3: expected ':'" in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "o").exists()  # no run state written, TensorFlow never loaded
