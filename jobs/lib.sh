@@ -187,9 +187,15 @@ distrain_launch() {
 }
 
 # What every job does, in order.
+# A job file run by hand (`bash jobs/mwm.job`) instead of submitted: say so before anything is written.
+distrain_require_slurm() {
+  [ -n "${SLURM_JOB_ID:-}" ] || distrain_die "this is a Slurm job script: submit it with sbatch (sbatch ${DISTRAIN_JOB_FILE:-jobs/JOB.job} train.py ...); to run without Slurm: distrain run train.py, or distrain launch -n N train.py"
+}
+
 distrain_job() {
   local mode=$1
   shift
+  distrain_require_slurm
   distrain_defaults
   distrain_script "$@"
   distrain_site_hooks
@@ -200,6 +206,7 @@ distrain_job() {
 # jobs/selftest.job: the selftest's training in each mode as srun steps over the allocation (each rank writes
 # what it saw), then `distrain selftest --from-dir` judges them and checks the environment: a table and a verdict.
 distrain_selftest_job() {
+  distrain_require_slurm
   distrain_defaults
   TRAIN_SCRIPT=selftest-worker
   distrain_site_hooks

@@ -111,3 +111,11 @@ def test_a_script_that_does_not_compile_is_one_line_before_any_run_starts(tmp_pa
         assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
         assert f"distrain: error: {script}:3: expected ':'" in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "o").exists()  # no run state written, TensorFlow never loaded
+
+
+@pytest.mark.parametrize("job", ["mwm.job", "selftest.job"])
+def test_a_job_script_run_by_hand_outside_slurm_says_to_submit_it_and_writes_nothing(tmp_path, job):
+    out = subprocess.run(["bash", str(ROOT / "jobs" / job), "train.py"], cwd=tmp_path, capture_output=True,
+                         text=True, env=clean_env())
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "this is a Slurm job script: submit it with sbatch" in out.stderr and not list(tmp_path.iterdir())
