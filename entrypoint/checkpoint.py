@@ -386,16 +386,15 @@ def _write_guarded(write: Callable[[], Any], chief_dir: str) -> bool:
     except Exception as exc:  # noqa: BLE001 - OSError, h5py's and TensorFlow's own errors for ENOSPC/EDQUOT
         for path in set(glob.glob(os.path.join(chief_dir, "ckpt-*"))) - existing:
             _remove(path)
-        why = _why(exc)
         previous = newest_checkpoint(chief_dir)
-        log().warning(f"checkpoint not written ({why}): "
+        log().warning(f"checkpoint not written ({why(exc)}): "
                       + (f"the previous one ({previous}) stays; " if previous else "no earlier checkpoint; ")
                       + "training goes on: free space in the checkpoint directory")
         return False
 
 
-def _why(exc: BaseException) -> str:
-    """The reason in a few words: h5py and TensorFlow bury strerror in a long message."""
+def why(exc: BaseException) -> str:
+    """The reason a write failed in a few words: h5py and TensorFlow bury strerror in a long message."""
     text = getattr(exc, "strerror", None) or str(exc)
     for known in (os.strerror(errno.ENOSPC), os.strerror(errno.EDQUOT), os.strerror(errno.EACCES),
                   os.strerror(errno.EROFS)):

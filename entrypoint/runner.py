@@ -107,8 +107,12 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
         with resume.starting_at(plan.keras, self, position), steps.observed(self, step_ends):
             history = orig_fit(*bound.args, **bound.kwargs)
         if backup is not None:
-            stages.record(stage.checkpoint_dir, history, fit_signature, engine.rank,
-                          lambda path: checkpoint.save_weights_locally(plan, self, path), plan.keras == "keras3")
+            try:
+                stages.record(stage.checkpoint_dir, history, fit_signature, engine.rank,
+                              lambda path: checkpoint.save_weights_locally(plan, self, path), plan.keras == "keras3")
+            except Exception as exc:  # noqa: BLE001 - OSError, h5py's and TensorFlow's own errors for a full disk
+                log().warning(f"fit {stage_number}'s end state was not recorded ({checkpoint.why(exc)}): a rerun "
+                              "trains it again")
         return history
 
     @_once
