@@ -54,7 +54,7 @@ class Plan:
     checkpoint_dir: str | None = None
     checkpoint_owned_from: str | None = None  # a default location: checked like ~/.ssh before use (workdirs)
     checkpoint_every: int = 0
-    checkpoint_minutes: float = 0.0  # also checkpoint when this long has passed since the last one (0: off)
+    checkpoint_minutes: float = 30.0  # also checkpoint when this long has passed since the last one (0: off)
     checkpoint_dir_named: bool = False  # DISTRAIN_CHECKPOINT_DIR: the user's own directory
     run_name: str | None = None
     run_key: str | None = None  # what a resume must match (runs.identity)
@@ -65,6 +65,7 @@ class Plan:
     script_uses_horovod_tf: bool = False  # it imports horovod.tensorflow itself (in any mode)
     elastic: bool = False  # Horovod elastic: the script's hvd.elastic.run owns membership, state and recovery
     collective_timeout: float | None = None
+    start_timeout: float = 300.0  # seconds for every MWM worker to join before the start-up watchdog ends it
     env_set: tuple[tuple[str, str], ...] = ()
     env_unset: tuple[str, ...] = ()
     reasons: tuple[tuple[str, str], ...] = field(default=())
@@ -537,6 +538,7 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
     stop_check_seconds = _seconds(env, "DISTRAIN_STOP_CHECK_SECONDS", 2.0)  # 0: every step
     stall_seconds = _seconds(env, "DISTRAIN_STALL_SECONDS", 120.0, minimum=1)
     stall_pause_seconds = _seconds(env, "DISTRAIN_STALL_PAUSE_SECONDS", 1800.0, minimum=1)
+    start_timeout = _seconds(env, "DISTRAIN_START_TIMEOUT", 300.0, minimum=1)
     reasons["launcher"] = reasons.get("launcher", "what started this process")
     reasons["local_rank"] = "ranks on this host; picks the GPU"
 
@@ -569,6 +571,7 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
         script_uses_horovod_tf=_uses_horovod_tensorflow(script),
         elastic=elastic,
         collective_timeout=collective_timeout,
+        start_timeout=start_timeout,
         env_set=tuple(sorted(env_set.items())),
         env_unset=tuple(env_unset),
         reasons=tuple(sorted(reasons.items())),

@@ -89,7 +89,7 @@ def build(plan: Plan, tf):  # noqa: ANN001, ANN201 - tensorflow module in, strat
         implementation=implementation,
         timeout_seconds=plan.collective_timeout,
     )
-    joined = _start_watchdog(float(os.environ.get("DISTRAIN_START_TIMEOUT", "300")), plan.prefix, plan.cluster)
+    joined = _start_watchdog(plan.start_timeout, plan.prefix, plan.cluster)
     try:
         strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     finally:

@@ -120,6 +120,7 @@ def test_override_beats_detection():
         ({"DISTRAIN_KERAS": "2"}, "unknown DISTRAIN_KERAS"),
         ({"DISTRAIN_REQUIRE_GPU": "maybe"}, "DISTRAIN_REQUIRE_GPU"),
         ({"DISTRAIN_CHECKPOINT_EVERY": "-3"}, "DISTRAIN_CHECKPOINT_EVERY"),
+        ({"DISTRAIN_START_TIMEOUT": "5m"}, "DISTRAIN_START_TIMEOUT='5m' is not a number"),
         ({"OMPI_COMM_WORLD_RANK": "x", "OMPI_COMM_WORLD_SIZE": "2"}, "OMPI_COMM_WORLD_RANK='x'"),
         ({"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "2"}, "outside world size"),
     ],
@@ -278,9 +279,10 @@ def test_the_timers_defaults_are_the_readmes():
     """The defaults the integration tests shorten through the settings (a stall floor of 15 s, checks at every
     step) are, unset, what the README's configuration table says."""
     plan = detect({}, gpus=[])
-    assert (plan.stall_seconds, plan.stall_pause_seconds, plan.stop_check_seconds, plan.checkpoint_minutes) == \
-        (120.0, 1800.0, 2.0, 30.0)
+    assert (plan.stall_seconds, plan.stall_pause_seconds, plan.stop_check_seconds, plan.checkpoint_minutes,
+            plan.start_timeout) == (120.0, 1800.0, 2.0, 30.0, 300.0)
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     for variable, default in (("DISTRAIN_STALL_SECONDS", "120"), ("DISTRAIN_STALL_PAUSE_SECONDS", "1800"),
-                              ("DISTRAIN_STOP_CHECK_SECONDS", "2"), ("DISTRAIN_CHECKPOINT_MINUTES", "30")):
+                              ("DISTRAIN_STOP_CHECK_SECONDS", "2"), ("DISTRAIN_CHECKPOINT_MINUTES", "30"),
+                              ("DISTRAIN_START_TIMEOUT", "300")):
         assert f"| `{variable}` | `{default}` |" in readme, variable
