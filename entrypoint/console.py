@@ -99,6 +99,10 @@ def run_script_command(script: str, args: list[str]) -> None:
     devices = f"GPU {','.join(plan.devices)}" if plan.devices else "CPU"
     if plan.is_chief:
         logger.info(f"{plan.mode} on {plan.size} worker(s); {dict(plan.reasons)['mode']}")
+        if plan.mode == "horovod" and plan.size > 1 and not plan.elastic and plan.checkpoint_dir and \
+                plan.launcher in ("horovodrun", "mpirun (Open MPI)"):
+            logger.info("a lost worker ends this run (exit 4; the same command resumes it): restarts without a "
+                        "person need `distrain launch` (MWM) or Horovod elastic (horovodrun --min-np)")
         if os.environ.get("DISTRAIN_PRINT_PLAN") == "1":
             for line in plan.table().splitlines():
                 logger.info(f"plan | {line}")

@@ -20,7 +20,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
+from . import restarts
 from .errors import EXIT_PREEMPTED, EXIT_WORKER_FAILED, ConfigError
 from .ports import port_free, reserved_ports
 
@@ -55,11 +57,40 @@ def kill_wait(env: dict[str, str]) -> float:
         raise ConfigError(f"DISTRAIN_KILL_WAIT={raw!r} is not a number of seconds") from None
 
 
+@dataclass(frozen=True)
+class Ended:
+    """How one attempt's workers ended: the exit code the launch would have, and the worker that caused it."""
+    code: int
+    rank: int | None = None  # the root cause's worker
+    raw: int | None = None  # its own exit status (negative: the signal that killed it)
+    workers: tuple[str, ...] = ()
+    stopped: bool = False  # a stop the launcher was sent (a signal, Ctrl-C): never a fault
+
+
 def launch(n: int, script: str, args: list[str], port: int | None = None, grace: float = 5.0) -> int:
-    """Run N workers; return 0 if all succeeded, else the first failure's code (EXIT_WORKER_FAILED if killed)."""
+    """Run N workers; return 0 if all succeeded, else the first failure's code (EXIT_WORKER_FAILED if killed).
+    A fault (a worker killed, a lost peer) restarts them all from the run's last checkpoint (restarts.py)."""
     if n < 1:
         raise ConfigError(f"-n {n}: need at least one worker")
     wait_after_signal = kill_wait(dict(os.environ))
+    run = restarts.RunOfLaunch.detect(script, args)
+    extra: dict[str, str] = {}
+    while True:
+        ended = _attempt(n, script, args, port, grace, wait_after_signal, extra)
+        why = run.restart_reason(ended)
+        if why is None:
+            break
+        sys.stderr.write(f"distrain launch: {why}\n")
+        sys.stderr.flush()
+        extra = {"DISTRAIN_RESUME": "1"}  # a restart resumes, even a run started over with DISTRAIN_RESUME=0
+    _say_how_it_ended(ended, wait_after_signal)
+    if run.count:
+        sys.stderr.write(f"distrain launch: {run.summary(ended.code)}\n")
+    return ended.code
+
+
+def _attempt(n: int, script: str, args: list[str], port: int | None, grace: float, wait_after_signal: float,
+             extra: dict[str, str]) -> Ended:
     if port is not None:
         chosen = list(range(port, port + n))
         busy = [p for p in chosen if not port_free(p)]
@@ -67,17 +98,33 @@ def launch(n: int, script: str, args: list[str], port: int | None = None, grace:
             raise ConfigError(f"port(s) {', '.join(map(str, busy))} already in use: choose another --port")
         reservation: contextlib.AbstractContextManager[list[int]] = contextlib.nullcontext(chosen)
     else:
-        reservation = reserved_ports(n)  # held until the workers end: no other launch draws them meanwhile
-    with reservation as ports:
-        return _run_workers(script, args, [f"localhost:{p}" for p in ports], grace, wait_after_signal)
+        reservation = reserved_ports(n)  # held until the workers end: no other launch draws them meanwhile; a
+    with reservation as ports:  # restart draws fresh ones (the old ones may linger in TIME_WAIT)
+        return _run_workers(script, args, [f"localhost:{p}" for p in ports], grace, wait_after_signal, extra)
 
 
-def _run_workers(script: str, args: list[str], workers: list[str], grace: float, wait_after_signal: float) -> int:
+def _say_how_it_ended(ended: Ended, wait_after_signal: float) -> None:
+    """The launch's last line, after everything the workers printed."""
+    if ended.rank is None:
+        return
+    if ended.raw is not None and ended.raw < 0:
+        sys.stderr.write(f"distrain: error: lost worker {ended.rank} ({ended.workers[ended.rank]}): killed by "
+                         f"{signal.Signals(-ended.raw).name}; the other workers were stopped; rerun to resume from "
+                         "the last checkpoint\n")
+        return
+    how = f"exited with code {ended.raw}"
+    if ended.raw == EXIT_PREEMPTED:
+        how = "stopped after a checkpoint (exit 75: rerun to resume)"
+    sys.stderr.write(f"distrain launch: worker {ended.rank} {how}; the other workers were stopped\n")
+
+
+def _run_workers(script: str, args: list[str], workers: list[str], grace: float, wait_after_signal: float,
+                 extra: dict[str, str]) -> Ended:
     n = len(workers)
     procs: list[subprocess.Popen] = []
     pumps: list[threading.Thread] = []
     for index in range(n):
-        env = worker_env(dict(os.environ), workers, index)
+        env = worker_env({**os.environ, **extra}, workers, index)
         command = ["bench"] if script == "bench" else ["run", script]  # `distrain launch -n 2 bench ...`
         # each worker leads a process group of its own (Ctrl-C reaches the launcher alone, which forwards it; a
         # stop signals the worker's whole group) but stays in the launcher's session: a session each puts each
@@ -136,27 +183,20 @@ def _run_workers(script: str, args: list[str], workers: list[str], grace: float,
         _stop_all(procs, grace)
     for thread in pumps:
         thread.join(timeout=2)
+    stopped = bool(signalled)
     if interrupted:
         sys.stderr.write("distrain launch: interrupted (a second Ctrl-C): the workers were killed\n")
-        return 130
+        return Ended(130, stopped=True)
     if killed_after_signal:
         stuck = [i for i, c in enumerate(codes) if c is None]
         sys.stderr.write(f"distrain launch: worker(s) {', '.join(map(str, stuck))} had not stopped "
                          f"{wait_after_signal:g} s after the stop (DISTRAIN_KILL_WAIT): killed\n")
-        return failed[1] if failed and failed[1] == EXIT_PREEMPTED else 128 + signalled[0][0] if signalled else 137
+        code = failed[1] if failed and failed[1] == EXIT_PREEMPTED else 128 + signalled[0][0] if signalled else 137
+        return Ended(code, stopped=True)
     if failed is None:
-        return 0
+        return Ended(0, stopped=stopped)
     rank, code = failed
-    if code < 0:  # killed: the last line says so, after everything the workers printed
-        sys.stderr.write(f"distrain: error: lost worker {rank} ({workers[rank]}): killed by "
-                         f"{signal.Signals(-code).name}; the other workers were stopped; rerun to resume from the "
-                         "last checkpoint\n")
-        return EXIT_WORKER_FAILED
-    how = f"exited with code {code}"
-    if code == EXIT_PREEMPTED:
-        how = "stopped after a checkpoint (exit 75: rerun to resume)"
-    sys.stderr.write(f"distrain launch: worker {rank} {how}; the other workers were stopped\n")
-    return code
+    return Ended(EXIT_WORKER_FAILED if code < 0 else code, rank, code, tuple(workers), stopped)
 
 
 @contextlib.contextmanager
@@ -188,9 +228,13 @@ def _woken_by_signals() -> Iterator[Callable[[float | None], None]]:
 
 
 def _root_cause(bad: list[tuple[int, int]]) -> tuple[int, int] | None:
-    """Of the workers that failed at once, the one killed by a signal: the others' exit 4 (a lost peer) follows
-    from it."""
-    return min(bad, key=lambda rank_code: (rank_code[1] >= 0, rank_code[0])) if bad else None
+    """Of the workers that failed at once, the one killed by a signal, else one that did not only lose a peer:
+    the others' exit 4 (a lost peer) follows from it."""
+    def blame(rank_code: tuple[int, int]) -> tuple[bool, bool, int]:
+        rank, code = rank_code
+        return code >= 0, code == EXIT_WORKER_FAILED, rank
+
+    return min(bad, key=blame) if bad else None
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:

@@ -66,6 +66,7 @@ class Plan:
     elastic: bool = False  # Horovod elastic: the script's hvd.elastic.run owns membership, state and recovery
     collective_timeout: float | None = None
     start_timeout: float = 300.0  # seconds for every MWM worker to join before the start-up watchdog ends it
+    max_restarts: int = 3  # `distrain launch`: restarts from the last checkpoint after a fault (restarts.py)
     env_set: tuple[tuple[str, str], ...] = ()
     env_unset: tuple[str, ...] = ()
     reasons: tuple[tuple[str, str], ...] = field(default=())
@@ -539,6 +540,10 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
     stall_seconds = _seconds(env, "DISTRAIN_STALL_SECONDS", 120.0, minimum=1)
     stall_pause_seconds = _seconds(env, "DISTRAIN_STALL_PAUSE_SECONDS", 1800.0, minimum=1)
     start_timeout = _seconds(env, "DISTRAIN_START_TIMEOUT", 300.0, minimum=1)
+    max_restarts = _int(env, "DISTRAIN_MAX_RESTARTS")
+    max_restarts = 3 if max_restarts is None else max_restarts
+    if max_restarts < 0:
+        raise ConfigError("DISTRAIN_MAX_RESTARTS must be a number of restarts >= 0")
     reasons["launcher"] = reasons.get("launcher", "what started this process")
     reasons["local_rank"] = "ranks on this host; picks the GPU"
 
@@ -572,6 +577,7 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
         elastic=elastic,
         collective_timeout=collective_timeout,
         start_timeout=start_timeout,
+        max_restarts=max_restarts,
         env_set=tuple(sorted(env_set.items())),
         env_unset=tuple(env_unset),
         reasons=tuple(sorted(reasons.items())),

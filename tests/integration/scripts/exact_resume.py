@@ -7,7 +7,9 @@ on to DIR/ids-rank<r>.txt (one line per batch), the chief writes its final weigh
 --batch-norm, the moving statistics apart to DIR/statistics.npy), and
 STOP_AT=EPOCH:STEP makes rank 0 send itself SIGTERM after that step (1-based; with several steps a call, after the
 call that ran it), as a preemption would;
-CRASH_AT=EPOCH:STEP makes it die there at once (os._exit), as a crash or a lost node would: no checkpoint then.
+CRASH_AT=EPOCH:STEP makes it die there at once (os._exit), as a crash or a lost node would: no checkpoint then;
+KILL_AT=EPOCH:STEP makes rank KILL_RANK (1) SIGKILL itself there, as the OOM killer would: once (DIR/killed marks
+it), or in every attempt with KILL_EVERY_TIME=1.
 """
 
 import argparse
@@ -63,16 +65,22 @@ class RecordIds(tf.keras.layers.Layer):
 
 
 class StopAt(tf.keras.callbacks.Callback):
-    def __init__(self, epoch: int, step: int, crash: bool = False):
+    def __init__(self, epoch: int, step: int, crash: bool = False, kill: bool = False):
         super().__init__()
-        self.stop_at, self.epoch, self.crash, self.done = (epoch - 1, step - 1), 0, crash, False
+        self.stop_at, self.epoch, self.crash, self.kill, self.done = (epoch - 1, step - 1), 0, crash, kill, False
+        self.rank = int(os.environ.get("KILL_RANK", "1")) if kill else 0
+        self.marker = os.path.join(args.out, "killed")
+        self.done = kill and os.path.exists(self.marker) and os.environ.get("KILL_EVERY_TIME") != "1"
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
 
     def on_train_batch_end(self, batch, logs=None):  # a call's first batch or its last, as the Keras version says
-        if (self.epoch, batch) >= self.stop_at and not self.done and my_rank() == 0:
+        if (self.epoch, batch) >= self.stop_at and not self.done and my_rank() == self.rank:
             self.done = True
+            if self.kill:
+                open(self.marker, "a").close()
+                os.kill(os.getpid(), signal.SIGKILL)
             if self.crash:
                 os._exit(1)
             os.kill(os.getpid(), signal.SIGTERM)
@@ -84,8 +92,9 @@ model = tf.keras.Sequential([*shape, RecordIds(), tf.keras.layers.Dense(8, activ
                              tf.keras.layers.Dense(1)])
 model.compile(optimizer=tf.keras.optimizers.Adam(0.01), loss=tf.keras.losses.BinaryCrossentropy(from_logits=True),
               steps_per_execution=args.steps_per_execution)
-stop_at = os.environ.get("STOP_AT") or os.environ.get("CRASH_AT")
-callbacks = [StopAt(*map(int, stop_at.split(":")), crash="CRASH_AT" in os.environ)] if stop_at else []
+stop_at = os.environ.get("STOP_AT") or os.environ.get("CRASH_AT") or os.environ.get("KILL_AT")
+callbacks = [StopAt(*map(int, stop_at.split(":")), crash="CRASH_AT" in os.environ,
+                    kill="KILL_AT" in os.environ)] if stop_at else []
 if args.input == "numpy":
     model.fit(x, y, batch_size=args.batch_size, epochs=args.epochs, shuffle=True, callbacks=callbacks)
 else:
