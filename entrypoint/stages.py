@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from . import runs
+from . import runs, workdirs
 
 FINISHED = "finished"  # <stage dir>/finished/: the end state of a fit that completed
 
@@ -70,6 +70,7 @@ def record(stage_dir: str, history: Any, fit_signature: dict, rank: int, save_we
         return
     weights = os.path.join(directory, "end.weights.h5" if keras3 else "end")
     save_weights(weights)
+    workdirs.make_tree_private(directory)  # Keras writes with the umask
     runs.write_private_json(os.path.join(directory, "record.json"), {
         "signature": fit_signature, "weights": os.path.basename(weights),
         "history": _plain(getattr(history, "history", {})), "epoch": list(getattr(history, "epoch", [])),
