@@ -2,13 +2,15 @@
 
 Fine-tuning, progressive resizing and curriculum scripts call `fit` more than once. Each fit has its own
 checkpoints (runs.stage_dir); when one finishes, its end state is recorded in `<its dir>/finished/`: the weights
-and optimizer state (written by the chief), the History it returned, and each rank's global Python and NumPy
-random state. A rerun's fit with such a record trains nothing: it restores that state and returns the recorded
-History, so what the script does between fits sees what it saw before, and the interrupted fit resumes exactly
-from its own checkpoint. A fit whose arguments differ from the record's starts fresh, said in one line. When the
-script ends, the records go (a finished run's rerun trains again, as before).
+and optimizer state (written by the chief), the History it returned, and each rank's global random state
+(Python's, NumPy's, TensorFlow's and Keras 3's global generators). A rerun's fit with such a record trains
+nothing: it restores that state and returns the recorded History, so what the script does between fits sees what
+it saw before, and the interrupted fit resumes exactly from its own checkpoint. A fit whose arguments differ from
+the record's starts fresh, said in one line. When the script ends, the records go (a finished run's rerun trains
+again, as before).
 
-Not restored: random state inside the model (a Dropout layer's generator) and TensorFlow's op-level seeds.
+Not restored: random state inside the model (a Dropout layer's generator) and TensorFlow's op-level random
+ops (`tf.random.uniform` after `tf.random.set_seed`), whose kernels keep a counter no API reads.
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ def record(stage_dir: str, history: Any, fit_signature: dict, rank: int, save_we
     os.makedirs(directory, mode=0o700, exist_ok=True)
     with open(os.open(os.path.join(directory, f"random-rank{rank}.pkl"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
                       0o600), "wb") as handle:
-        pickle.dump({"python": random.getstate(), "numpy": np.random.get_state()}, handle)
+        pickle.dump({"python": random.getstate(), "numpy": np.random.get_state(),
+                     **{name: variable.numpy() for name, variable in _global_generators().items()}}, handle)
     if rank != 0:
         return
     weights = os.path.join(directory, "end.weights.h5" if keras3 else "end")
@@ -93,12 +96,34 @@ def restore(stage_dir: str, record: dict, model: Any, keras: Any, rank: int) -> 
         state = pickle.load(handle)
         random.setstate(state["python"])
         np.random.set_state(state["numpy"])
+        for name, variable in _global_generators().items():
+            if name in state:
+                variable.assign(state[name])
     history = keras.callbacks.History()
     history.set_model(model)
     history.history, history.epoch, history.params = record["history"], record["epoch"], record["params"]
     with contextlib.suppress(AttributeError):
         model.history = history
     return history
+
+
+def _global_generators() -> dict[str, Any]:
+    """The state variables of the global random generators that exist in this process: TensorFlow's
+    `tf.random.get_global_generator()` and Keras 3's global SeedGenerator (keras.random without a seed). Looked
+    up, not created: creating one would draw a seed the run never stopped does not draw."""
+    found = {}
+    with contextlib.suppress(ImportError, AttributeError):
+        from tensorflow.python.ops import stateful_random_ops
+
+        if stateful_random_ops.global_generator is not None:
+            found["tensorflow"] = stateful_random_ops.global_generator.state
+    with contextlib.suppress(ImportError, AttributeError):
+        from keras.src.backend.common import global_state
+
+        generator = global_state.get_global_attribute("global_seed_generator")
+        if generator is not None:
+            found["keras"] = generator.state.value if hasattr(generator.state, "value") else generator.state
+    return found
 
 
 def clear(run_dir: str) -> None:

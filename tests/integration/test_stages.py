@@ -57,6 +57,12 @@ def assert_the_same_run(tmp_path: Path) -> None:
     assert len(reference) in (2, 4) and stopped_and_rerun == reference  # every batch once, in its fit and order
     assert np.array_equal(np.load(tmp_path / "a" / "weights.npy"), np.load(tmp_path / "b" / "weights.npy"))
     assert (tmp_path / "a" / "evaluation.txt").read_text() == (tmp_path / "b" / "evaluation.txt").read_text()
+    assert drawn_after_the_first_fit(tmp_path / "a") == drawn_after_the_first_fit(tmp_path / "b")
+
+
+def drawn_after_the_first_fit(out: Path) -> dict[str, str]:
+    """The Python and NumPy random numbers each rank drew after the first fit."""
+    return {p.name: p.read_text() for p in sorted(out.glob("between-rank*.txt"))}
 
 
 @pytest.mark.parametrize(("mode", "family"), list(cases()))
@@ -90,6 +96,18 @@ def test_a_finished_fit_forgotten_is_trained_again_negative_control(tmp_path):
     reference, rerun = trained_ids(tmp_path / "a"), trained_ids(tmp_path / "b")
     assert rerun["ids-rank0-fit1.txt"] == reference["ids-rank0-fit1.txt"] * 2
     assert rerun["ids-rank0-fit2.txt"] == reference["ids-rank0-fit2.txt"]
+
+
+def test_a_skipped_fit_without_its_random_state_draws_other_numbers_negative_control(tmp_path):
+    """The first fit's random state left out of its record: the numbers the script draws after it differ."""
+    assert fine_tune("single", "keras3", tmp_path / "a", tmp_path / "state-a").returncode == 0
+
+    def forget_the_random_state(state: Path) -> None:
+        (kept,) = state.glob("runs/*/finished/random-rank0.pkl")
+        kept.unlink()
+
+    stopped_then_rerun("single", "keras3", tmp_path, stop_at="2:2:2", between=forget_the_random_state)
+    assert drawn_after_the_first_fit(tmp_path / "a") != drawn_after_the_first_fit(tmp_path / "b")
 
 
 @pytest.mark.parametrize(("mode", "family"), [pytest.param("single", "keras3", marks=pytest.mark.core),

@@ -4,14 +4,16 @@ lower learning rate, fit again with EarlyStopping and ReduceLROnPlateau, then ev
     distrain run fine_tune.py --out DIR
 
 Test instruments, not part of the pattern: the first layer appends the index of every sample it trains on to
-DIR/ids-rank<r>-fit<k>.txt (one line per batch), the chief writes the final weights to DIR/weights.npy and the
-evaluation to DIR/evaluation.txt; STOP_AT=FIT:EPOCH:STEP makes rank 0 send itself SIGTERM after that step of that
+DIR/ids-rank<r>-fit<k>.txt (one line per batch), each rank the Python and NumPy random numbers drawn after the
+first fit to DIR/between-rank<r>.txt, the chief the final weights to DIR/weights.npy and the evaluation to
+DIR/evaluation.txt; STOP_AT=FIT:EPOCH:STEP makes rank 0 send itself SIGTERM after that step of that
 fit (1-based), as a preemption would.
 """
 
 import argparse
 import json
 import os
+import random
 import signal
 
 import numpy as np
@@ -79,7 +81,11 @@ model = tf.keras.Sequential([base, tf.keras.layers.Dense(1)])
 base.trainable = False  # the head first
 model.compile(optimizer=tf.keras.optimizers.Adam(0.01), loss=tf.keras.losses.BinaryCrossentropy(from_logits=True))
 fit_number[0] = 1
-model.fit(x, y, batch_size=16, epochs=2, callbacks=[StopAt(1)])
+jitter = tf.keras.callbacks.LambdaCallback(  # a callback drawing random numbers, e.g. for its own sampling
+    on_epoch_end=lambda epoch, logs: (random.random(), np.random.rand()))
+model.fit(x, y, batch_size=16, epochs=2, callbacks=[StopAt(1), jitter])
+with open(os.path.join(args.out, f"between-rank{my_rank()}.txt"), "w") as handle:  # what the script draws next
+    handle.write(f"{random.random()!r} {np.random.rand()!r}")
 
 base.trainable = True  # then everything, slowly
 model.compile(optimizer=tf.keras.optimizers.Adam(1e-3), loss=tf.keras.losses.BinaryCrossentropy(from_logits=True))
