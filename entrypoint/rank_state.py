@@ -14,9 +14,11 @@ import glob
 import os
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+
 
 KEEP = 2  # positions kept per rank: as many as the checkpoints kept (checkpoint.py)
 _NAME = re.compile(r"e(\d+)-s(\d+)\.rank(\d+)-of(\d+)\.npz$")
@@ -34,6 +36,8 @@ def _path(state_dir: str, position: Sequence[int], rank: int, size: int) -> str:
 def save(state_dir: str, position: Sequence[int], rank: int, size: int, values: list[np.ndarray]) -> None:
     """Write this rank's values for a checkpoint at `position` (temp + rename, 0600 in a 0700 directory); keep
     this rank's newest KEEP positions."""
+    import numpy as np  # not at import time: distrain's front door runs without numpy
+
     directory = _directory(state_dir)
     os.makedirs(directory, mode=0o700, exist_ok=True)
     path = _path(state_dir, position, rank, size)
@@ -47,6 +51,8 @@ def save(state_dir: str, position: Sequence[int], rank: int, size: int, values: 
 
 
 def _load(path: str) -> list[np.ndarray]:
+    import numpy as np  # not at import time: distrain's front door runs without numpy
+
     with np.load(path) as saved:
         return [saved[f"arr_{i}"] for i in range(len(saved.files))]
 
@@ -56,6 +62,8 @@ def restore(state_dir: str, position: Sequence[int], rank: int, size: int,
     """Give this rank its own values of the checkpoint at `position` (through `assign`), or their average when
     the checkpoint was written by another number of ranks. What was done, in a few words; None where nothing was
     kept at that position (an epoch's end: the state is averaged there)."""
+    import numpy as np  # not at import time: distrain's front door runs without numpy
+
     epoch, step = position
     found: dict[int, dict[int, str]] = {}
     for path in glob.glob(os.path.join(_directory(state_dir), f"e{epoch}-s{step}.rank*-of*.npz")):

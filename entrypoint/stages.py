@@ -24,8 +24,6 @@ import shutil
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from . import runs, workdirs
 
 FINISHED = "finished"  # <stage dir>/finished/: the end state of a fit that completed
@@ -63,6 +61,8 @@ def record(stage_dir: str, history: Any, fit_signature: dict, rank: int, save_we
            keras3: bool) -> None:
     """After a fit completed: every rank its random state, the chief the weights and the record (last: without it
     there is no record)."""
+    import numpy as np  # not at import time: distrain's front door runs without numpy
+
     directory = _directory(stage_dir)
     os.makedirs(directory, mode=0o700, exist_ok=True)
     with open(os.open(os.path.join(directory, f"random-rank{rank}.pkl"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
@@ -87,6 +87,8 @@ def _plain(value: Any) -> Any:
 
 def restore(stage_dir: str, record: dict, model: Any, keras: Any, rank: int) -> Any:
     """The fit's end state back (weights, optimizer state, this rank's random state), and its History."""
+    import numpy as np  # not at import time: distrain's front door runs without numpy
+
     directory = _directory(stage_dir)
     optimizer = getattr(model, "optimizer", None)
     if optimizer is not None and hasattr(optimizer, "built") and not optimizer.built:
