@@ -357,12 +357,15 @@ def image_build(
     from_docker: Optional[str] = typer.Option(None, "--from-docker", help="Build from a local Docker image instead."),
     fakeroot: bool = typer.Option(True, "--fakeroot/--no-fakeroot", help="apptainer build --fakeroot."),
     allow_home: bool = typer.Option(False, "--allow-home", help="Allow Apptainer's cache under $HOME."),
+    notest: bool = typer.Option(False, "--notest", help="Skip the image's own check at the end of the build "
+                                "(`%test`: doctor and selftest), e.g. on a login node; run it later on a GPU node: "
+                                "apptainer test --nv IMAGE."),
 ) -> None:
     """Build OUTPUT from Apptainer.def (or --from-docker IMAGE), streaming apptainer's output."""
     from .images import build
 
     path = build(definition, output, os.environ, base_image=base_image, from_docker=from_docker, fakeroot=fakeroot,
-                 allow_home=allow_home)
+                 allow_home=allow_home, test=not notest)
     typer.echo(f"distrain: built {path}")
 
 

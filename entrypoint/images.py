@@ -130,8 +130,9 @@ def _stream(lines: Iterator[str], what: str, tmp: str) -> None:
 
 def build(definition: str, output: str, env: Mapping[str, str], base_image: str | None = None,
           from_docker: str | None = None, fakeroot: bool = True, allow_home: bool = False,
-          build_args: Mapping[str, str] | None = None) -> str:
-    """apptainer build OUTPUT from a definition file, or from a local Docker image (docker-daemon://)."""
+          build_args: Mapping[str, str] | None = None, test: bool = True) -> str:
+    """apptainer build OUTPUT from a definition file, or from a local Docker image (docker-daemon://); test=False:
+    without the definition's %test at the end (apptainer build --notest)."""
     from spython.main import Client
 
     if from_docker:
@@ -145,6 +146,7 @@ def build(definition: str, output: str, env: Mapping[str, str], base_image: str 
     if base_image:
         args["BASE_IMAGE"] = base_image
     options: list[str] = ["--fakeroot"] if fakeroot and not from_docker else []
+    options += [] if test else ["--notest"]
     for key, value in args.items():
         options += ["--build-arg", f"{key}={value}"]
     tmp = _partial(output)

@@ -20,6 +20,7 @@ BASE_TAR = Path(os.environ.get("DISTRAIN_TEST_BASE_TAR", "/var/cache/distrain/te
 BASE_TAG = "distrain-test-base:tf2.17.1"
 REGISTRY = "127.0.0.1:5000"
 APPTAINER_HOME = Path(os.environ.get("DISTRAIN_APPTAINER_HOME", "/opt/distrain-apptainer"))
+APPTAINER_CACHE = Path(os.environ.get("DISTRAIN_TEST_APPTAINER_CACHE", "/var/cache/distrain/apptainer"))
 
 
 def container_env(**extra: str) -> dict[str, str]:
@@ -70,12 +71,15 @@ def docker_image(docker):
 
 @pytest.fixture(scope="session")
 def sif(docker, tmp_path_factory):
-    """The project's Apptainer.def built by `distrain image build` (spython) on the base from the local registry."""
+    """The project's Apptainer.def built by `distrain image build` (spython) on the base from the local registry.
+    --notest: its %test (doctor, then the selftest of every mode) runs in test_apptainer_plan_test_and_labels, not
+    twice. The Apptainer cache (the base image's layers, by digest) is kept between sessions, as a login node's is."""
     if not (APPTAINER_HOME / "bin" / "apptainer").exists() and not shutil.which("apptainer"):
         pytest.skip("apptainer is not installed (scripts/install.sh runs scripts/setup-apptainer.sh)")
     image = tmp_path_factory.mktemp("sif") / "distrain.sif"
-    out = sh([str(ROOT / ".venv" / "bin" / "distrain"), "image", "build", str(image), "--base-image", docker],
-             timeout=1200, DISTRAIN_CACHE=str(tmp_path_factory.mktemp("apptainer-cache")))
+    APPTAINER_CACHE.mkdir(mode=0o700, parents=True, exist_ok=True)
+    out = sh([str(ROOT / ".venv" / "bin" / "distrain"), "image", "build", str(image), "--base-image", docker,
+              "--notest"], timeout=1200, DISTRAIN_CACHE=str(APPTAINER_CACHE))
     assert out.returncode == 0, out.stdout[-3000:]
     assert f"distrain: built {image}" in out.stdout
     return image
