@@ -14,17 +14,18 @@ import contextlib
 import json
 import os
 import select
+import shlex
 import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 from . import restarts
 from .errors import EXIT_PREEMPTED, EXIT_WORKER_FAILED, ConfigError
 from .ports import port_free, reserved_ports
+from .restarts import Ended
 
 
 def worker_env(base: dict[str, str], workers: list[str], index: int) -> dict[str, str]:
@@ -57,16 +58,6 @@ def kill_wait(env: dict[str, str]) -> float:
         raise ConfigError(f"DISTRAIN_KILL_WAIT={raw!r} is not a number of seconds") from None
 
 
-@dataclass(frozen=True)
-class Ended:
-    """How one attempt's workers ended: the exit code the launch would have, and the worker that caused it."""
-    code: int
-    rank: int | None = None  # the root cause's worker
-    raw: int | None = None  # its own exit status (negative: the signal that killed it)
-    workers: tuple[str, ...] = ()
-    stopped: bool = False  # a stop the launcher was sent (a signal, Ctrl-C): never a fault
-
-
 def launch(n: int, script: str, args: list[str], port: int | None = None, grace: float = 5.0) -> int:
     """Run N workers; return 0 if all succeeded, else the first failure's code (EXIT_WORKER_FAILED if killed).
     A fault (a worker killed, a lost peer) restarts them all from the run's last checkpoint (restarts.py)."""
@@ -74,7 +65,9 @@ def launch(n: int, script: str, args: list[str], port: int | None = None, grace:
         raise ConfigError(f"-n {n}: need at least one worker")
     wait_after_signal = kill_wait(dict(os.environ))
     run = restarts.RunOfLaunch.detect(script, args)
-    extra: dict[str, str] = {}
+    resume = shlex.join(["distrain", "launch", "-n", str(n), os.path.abspath(script) if script != "bench" else script,
+                         *args])
+    extra: dict[str, str] = {"DISTRAIN_RESUME_COMMAND": os.environ.get("DISTRAIN_RESUME_COMMAND") or resume}
     while True:
         ended = _attempt(n, script, args, port, grace, wait_after_signal, extra)
         why = run.restart_reason(ended)
@@ -82,7 +75,7 @@ def launch(n: int, script: str, args: list[str], port: int | None = None, grace:
             break
         sys.stderr.write(f"distrain launch: {why}\n")
         sys.stderr.flush()
-        extra = {"DISTRAIN_RESUME": "1"}  # a restart resumes, even a run started over with DISTRAIN_RESUME=0
+        extra["DISTRAIN_RESUME"] = "1"  # a restart resumes, even a run started over with DISTRAIN_RESUME=0
     _say_how_it_ended(ended, wait_after_signal)
     if run.count:
         sys.stderr.write(f"distrain launch: {run.summary(ended.code)}\n")

@@ -95,4 +95,4 @@ def lost_peer(exc: BaseException, plan: Plan, addresses: tuple[str, ...], patien
     else:
         return None
     return (f"lost {who}: it died or became unreachable, so worker {plan.rank} stopped too; "
-            "rerun the job to resume from the last checkpoint")
+            "a restart (distrain launch, the job scripts) or a rerun resumes from the last checkpoint")

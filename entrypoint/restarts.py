@@ -8,28 +8,76 @@ ports, up to DISTRAIN_MAX_RESTARTS times (default 3; 0: end as before). A stall 
 named) is retried once. The restart resumes exactly from the last checkpoint, so the run ends as the run never
 interrupted would (exact resume); it costs the work since that checkpoint, which each restart's line states.
 Only with checkpoints on: without them there is nothing to restart from.
+
+Under the job scripts (jobs/lib.sh) the same rule decides, after a Slurm step ended, from what each worker recorded
+of its end (endings.py): `distrain restart-check` runs the step again in the same allocation, or asks for a
+requeue when no worker started at all (a node down), or ends the job. The count is kept in the run's state
+(`restarts.json`): per launch or per job allocation, and in total for `distrain runs`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
+import json
 import os
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
-from . import runs
-from .errors import EXIT_WORKER_FAILED
+from . import endings, runs
+from .errors import EXIT_PREEMPTED, EXIT_WORKER_FAILED
+from .runs import write_private_json
 
 STALLS_RETRIED = 1  # a stuck rank may be the script's own deadlock: retried once, then the run ends
+COUNT_FILE = "restarts.json"  # in the run's state dir: this launch's (or job's) restarts and the run's total
+CLOCK_SKEW = 2.0  # seconds: a worker's start time on another node, read against the batch host's clock
 
 
-def fault(ended: Any, stalled: bool) -> str | None:
+@dataclass(frozen=True)
+class Ended:
+    """How one attempt's workers ended: the exit code the launch would have, and the worker that caused it."""
+    code: int
+    rank: int | None = None  # the root cause's worker
+    raw: int | None = None  # its own exit status (negative: the signal that killed it)
+    workers: tuple[str, ...] = ()
+    stopped: bool = False  # a stop the launcher was sent (a signal, Ctrl-C): never a fault
+    vanished: bool = False  # it ended without a word (no exit status known: killed, or its node lost)
+    started: bool = True  # False: no worker of the step started (the step could not get its nodes)
+
+
+def step_ended(records: dict[int, dict], size: int, code: int) -> Ended:
+    """How a Slurm step ended, from srun's exit code and what its workers recorded (endings.py): the script's
+    own end first (the others' lost peer follows from it), then a worker that ended without a word, then a lost
+    peer."""
+    if code == 0:
+        return Ended(0)
+    if not records:
+        return Ended(code, started=False)
+    hosts = tuple(str(records.get(rank, {}).get("host", "?")) for rank in range(size))
+    own = sorted((rank, r["code"]) for rank, r in records.items() if r.get("code") not in (None, 0, EXIT_WORKER_FAILED,
+                                                                                         EXIT_PREEMPTED))
+    if own:
+        return Ended(own[0][1], own[0][0], own[0][1], hosts)
+    silent = sorted(rank for rank in range(size) if "code" not in records.get(rank, {}))
+    if silent:
+        signal_number = code - 128 if 128 < code < 128 + 65 else None  # srun: 128 + the signal of a killed task
+        return Ended(EXIT_WORKER_FAILED, silent[0], -signal_number if signal_number else None, hosts,
+                     vanished=signal_number is None)
+    lost = sorted(rank for rank, r in records.items() if r.get("code") == EXIT_WORKER_FAILED)
+    if lost:
+        return Ended(EXIT_WORKER_FAILED, lost[0], EXIT_WORKER_FAILED, hosts)
+    stopped = sorted(rank for rank, r in records.items() if r.get("code") == EXIT_PREEMPTED)
+    return Ended(code, stopped[0] if stopped else None, code, hosts, stopped=bool(stopped))
+
+
+def fault(ended: Ended, stalled: bool) -> str | None:
     """What went wrong, in words, if the way the workers ended is a fault a restart can survive; else None."""
+    worker = f"worker {ended.rank} ({ended.workers[ended.rank]})" if ended.workers else f"worker {ended.rank}"
+    if ended.vanished and not ended.stopped:
+        return f"{worker} ended without a word (killed, or its node was lost)"
     if ended.stopped or ended.rank is None or ended.raw is None:
         return None
-    worker = f"worker {ended.rank} ({ended.workers[ended.rank]})" if ended.workers else f"worker {ended.rank}"
     if ended.raw < 0:
         name = signal.Signals(-ended.raw).name
         return f"{worker} was killed by {name}" + (" (out of memory?)" if name == "SIGKILL" else "")
@@ -45,26 +93,56 @@ def _duration(seconds: float) -> str:
 
 @dataclass
 class RunOfLaunch:
-    """One launch's restarts: how many are allowed and made, and the run's state directory they resume from."""
+    """One launch's (or job allocation's) restarts: how many are allowed and made, and the run's state directory
+    they resume from and keep their count in."""
     max_restarts: int
     state_dir: str | None
+    session: str = ""  # whose count this is: a launch (its pid) or a job allocation (job id, requeue count)
     count: int = 0
     stalls: int = 0
     reasons: list[str] = field(default_factory=list)
 
     @classmethod
-    def detect(cls, script: str, args: list[str]) -> RunOfLaunch:
-        """The run the workers will detect (the same script, arguments and environment), without TensorFlow."""
+    def detect(cls, script: str, args: list[str], session: str = "") -> RunOfLaunch:
+        """The run the workers will detect (the same script, arguments and environment), without TensorFlow; its
+        count so far in this session (a job's earlier steps)."""
         from .plan import detect
 
         path = None if script == "bench" else os.path.abspath(script)
-        plan = detect(dict(os.environ), script=path, argv=args)
-        return cls(plan.max_restarts if plan.checkpoint_dir else 0, plan.checkpoint_dir)
+        env = dict(os.environ)
+        if session.startswith("job "):  # the batch shell: not a step's task; only the run and its settings count
+            env["DISTRAIN_MODE"] = "single"
+        plan = detect(env, script=path, argv=args)
+        allowed = plan.max_restarts if plan.checkpoint_dir else 0
+        run = cls(allowed, plan.checkpoint_dir, session or f"launch {os.getpid()}")
+        kept = run._kept()
+        if kept.get("session") == run.session:
+            run.count, run.stalls, run.reasons = kept.get("count", 0), kept.get("stalls", 0), kept.get("reasons", [])
+        return run
+
+    def _kept(self) -> dict:
+        if not self.state_dir:
+            return {}
+        with contextlib.suppress(OSError, ValueError), open(os.path.join(self.state_dir, COUNT_FILE)) as handle:
+            return json.load(handle)
+        return {}
+
+    def _keep(self) -> None:
+        if self.state_dir:
+            total = self._kept().get("total", 0) + 1
+            with contextlib.suppress(OSError):
+                write_private_json(os.path.join(self.state_dir, COUNT_FILE), {
+                    "session": self.session, "count": self.count, "stalls": self.stalls, "reasons": self.reasons,
+                    "total": total, "time": time.time()})
+
+    def step_records(self, since: float) -> dict[int, dict]:
+        """What the workers of the step started at `since` recorded of their end."""
+        return endings.read(self.state_dir, since - CLOCK_SKEW) if self.state_dir else {}
 
     def _stalled(self) -> bool:
         return bool(self.state_dir and glob.glob(os.path.join(self.state_dir, "stall", "rank*.json")))
 
-    def restart_reason(self, ended: Any) -> str | None:
+    def restart_reason(self, ended: Ended) -> str | None:
         """The line that announces a restart, or None when the run ends here."""
         stalled = self._stalled()
         what = fault(ended, stalled)
@@ -75,6 +153,7 @@ class RunOfLaunch:
         self.count += 1
         self.stalls += stalled
         self.reasons.append(what)
+        self._keep()
         return f"{what}; restart {self.count} of {self.max_restarts} {self._from_where()}"
 
     def _from_where(self) -> str:

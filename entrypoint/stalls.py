@@ -37,6 +37,7 @@ import time
 from collections import deque
 from typing import Any
 
+from . import endings
 from .errors import EXIT_WORKER_FAILED
 from .plan import Plan
 from .runs import write_private_json
@@ -175,6 +176,9 @@ def _report_and_exit(plan: Plan, progress: Progress, waited: float) -> None:
                      f"(DISTRAIN_STALL_SECONDS); stacks above\n")
     sys.stderr.flush()
     sys.stdout.flush()
+    if plan.checkpoint_dir:
+        endings.ended(plan.checkpoint_dir, plan.rank, EXIT_WORKER_FAILED, f"stalled at {step}: {verdict}",
+                      endings.KIND_STALL)
     os._exit(EXIT_WORKER_FAILED)
 
 

@@ -20,6 +20,7 @@
 #   DISTRAIN_MODULES  modules to load after `module purge` (when `module` exists), e.g. "cuda/12.4 openmpi"
 #   DISTRAIN_MPI      Horovod only: srun --mpi plugin (default: pmix if `srun --mpi=list` has it, else pmi2)
 #   APPTAINER         the apptainer binary (default: apptainer, else singularity)
+#   DISTRAIN_MAX_RESTARTS  restarts of a step that ended in a fault, in the same allocation (default 3; 0: none)
 #
 # Exit codes (the job's, as sacct shows them): 0 done; 1 the script failed (or its own code); 2 bad input or
 # configuration (this file's checks too, before srun); 3 this machine cannot run it (no GPU, no Horovod,
@@ -146,12 +147,15 @@ distrain_mpi_plugin() {
 # passes it on to every task, whose entrypoint checkpoints and exits 75.
 distrain_forward() {
   echo "distrain job: got SIG$1, forwarding it to the training step"
+  STOPPED_BY=$1
   [ -n "${STEP_PID:-}" ] && kill -s "$1" "$STEP_PID" 2>/dev/null
   return 0
 }
 
-# Run the step in the background so the shell can forward signals; a job that stopped after a checkpoint
-# (exit 75) and may be requeued (--requeue) requeues itself and resumes from the checkpoint.
+# Run the step in the background so the shell can forward signals. A step that ended in a fault (a worker killed,
+# a lost peer: distrain restart-check reads why each worker ended) runs again in this allocation, from the run's
+# last checkpoint, up to DISTRAIN_MAX_RESTARTS times (default 3); a step none of whose workers started (a node down)
+# and a stop after a checkpoint (exit 75) requeue the job when it may be requeued (--requeue), and it resumes.
 distrain_launch() {
   local mode=$1
   shift
@@ -160,6 +164,7 @@ distrain_launch() {
     unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY   # gRPC would send MWM traffic to the proxy
   fi
   distrain_task_command
+  distrain_resume_command "$@"
   local srun_args=(--kill-on-bad-exit=1)
   [ "$mode" = horovod ] && srun_args+=("--mpi=$(distrain_mpi_plugin)")
   echo "distrain job: $mode, $SLURM_NTASKS task(s) on ${SLURM_JOB_NODELIST:-?}: ${TASK_COMMAND[*]} $TRAIN_SCRIPT $*"
@@ -168,22 +173,67 @@ distrain_launch() {
   echo "distrain job: checkpoints: $OUTPUT_DIR/runs/ (one directory per run: the same command resumes it); log: ${log:-stdout}; saved models: where the script saves them (relative paths: ${SLURM_SUBMIT_DIR:-$PWD})"
   trap 'distrain_forward TERM' TERM
   trap 'distrain_forward USR1' USR1
-  srun "${srun_args[@]}" "${TASK_COMMAND[@]}" "$TRAIN_SCRIPT" "$@" &
-  STEP_PID=$!
-  local rc=0
+  local rc=0 since verdict answer restarts=0
   while :; do
-    wait "$STEP_PID" && rc=0 || rc=$?
-    kill -0 "$STEP_PID" 2>/dev/null || break   # wait also returns when a trapped signal arrives
+    since=$(date +%s)
+    STOPPED_BY=
+    distrain_step "${srun_args[@]}" -- "$@"
+    rc=$STEP_RC
+    if [ "$rc" = 0 ] || [ "$rc" = 75 ] || [ -n "$STOPPED_BY" ] || [ "$TRAIN_SCRIPT" = bench ]; then break; fi
+    verdict=$("${TASK_COMMAND[@]}" restart-check --code "$rc" --since "$since" "$TRAIN_SCRIPT" "$@" 2>&1) && answer=0 || answer=$?
+    [ -n "$verdict" ] && echo "distrain job: $verdict"
+    [ "$answer" = 0 ] && restarts=$((restarts + 1)) && continue
+    [ "$answer" = 10 ] && distrain_requeue "the step could not start" && rc=75
+    break
   done
-  if [ "$rc" = 75 ]; then
-    if scontrol show job "$SLURM_JOB_ID" 2>/dev/null | grep -qw "Requeue=1"; then
-      echo "distrain job: stopped after a checkpoint; requeueing job $SLURM_JOB_ID to resume"
-      scontrol requeue "$SLURM_JOB_ID"
-    else
-      echo "distrain job: stopped after a checkpoint; to resume, submit the same command again: sbatch ${DISTRAIN_JOB_FILE:-JOB} ${TRAIN_SCRIPT} $*"
-    fi
+  if [ "$restarts" -gt 0 ] && [ "$rc" = 0 ]; then echo "distrain job: finished after $restarts restart(s)"; fi
+  if [ "$rc" = 75 ] && [ -z "${REQUEUED:-}" ]; then
+    distrain_requeue "stopped after a checkpoint" \
+      || echo "distrain job: stopped after a checkpoint; to resume, submit it again: $DISTRAIN_RESUME_COMMAND"
   fi
   return "$rc"
+}
+
+# The command that submits this job again as it was (its allocation's sbatch options, its job name: the run's
+# identity), from the directory it was submitted from: the log's last line after a stop, and `distrain runs`.
+distrain_resume_command() {
+  local opts=(--nodes="${SLURM_JOB_NUM_NODES:-1}") limit
+  [ -n "${SLURM_NTASKS_PER_NODE:-}" ] && opts+=(--ntasks-per-node="$SLURM_NTASKS_PER_NODE")
+  [ -z "${SLURM_NTASKS_PER_NODE:-}" ] && opts+=(--ntasks="${SLURM_NTASKS:-1}")
+  if [ -n "${SLURM_GPUS_PER_TASK:-}" ]; then opts+=(--gpus-per-task="$SLURM_GPUS_PER_TASK")
+  elif [ "${SLURM_GPUS_ON_NODE:-0}" -gt 0 ]; then opts+=(--gres="gpu:$SLURM_GPUS_ON_NODE")
+  fi
+  [ -n "${SLURM_CPUS_PER_TASK:-}" ] && opts+=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
+  [ -n "${SLURM_JOB_PARTITION:-}" ] && opts+=(--partition="$SLURM_JOB_PARTITION")
+  [ -n "${SLURM_JOB_ACCOUNT:-}" ] && opts+=(--account="$SLURM_JOB_ACCOUNT")
+  limit=$(scontrol show job "${SLURM_JOB_ID:-none}" 2>/dev/null | sed -n 's/.*TimeLimit=\([^ ]*\).*/\1/p')
+  [ -n "$limit" ] && [ "$limit" != UNLIMITED ] && opts+=(--time="$limit")
+  opts+=(--job-name="${SLURM_JOB_NAME:-distrain}")
+  local script=()
+  [ "$TRAIN_SCRIPT" = bench ] || script=("$TRAIN_SCRIPT")
+  DISTRAIN_RESUME_COMMAND="cd $(printf '%q' "${SLURM_SUBMIT_DIR:-$PWD}") && sbatch$(printf ' %q' "${opts[@]}" "${DISTRAIN_JOB_FILE:-JOB}" "${script[@]}" "$@")"
+  export DISTRAIN_RESUME_COMMAND
+}
+
+# One srun step in the background, waited for through trapped signals; sets STEP_RC.
+distrain_step() {
+  local args=()
+  while [ "$1" != -- ]; do args+=("$1"); shift; done
+  shift
+  srun "${args[@]}" "${TASK_COMMAND[@]}" "$TRAIN_SCRIPT" "$@" &
+  STEP_PID=$!
+  while :; do
+    wait "$STEP_PID" && STEP_RC=0 || STEP_RC=$?
+    kill -0 "$STEP_PID" 2>/dev/null || break   # wait also returns when a trapped signal arrives
+  done
+}
+
+# Requeue this job if it may be (--requeue): it resumes from the run's last checkpoint.
+distrain_requeue() {
+  scontrol show job "$SLURM_JOB_ID" 2>/dev/null | grep -qw "Requeue=1" || return 1
+  echo "distrain job: $1; requeueing job $SLURM_JOB_ID to resume"
+  REQUEUED=1
+  scontrol requeue "$SLURM_JOB_ID"
 }
 
 # What every job does, in order.

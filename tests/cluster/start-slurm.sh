@@ -108,6 +108,9 @@ ReturnToService=2
 SlurmdParameters=config_overrides
 EnforcePartLimits=ALL
 KillOnBadExit=1
+# a step's tasks get SIGTERM, then SIGKILL this many s later (default 30): a worker Slurm ends after another was
+# killed (srun --kill-on-bad-exit under Open MPI) waits it out; distrain's own stops do not (they signal the tasks)
+KillWait=10
 # finished jobs are purged >= MinJobAge s after the end; <=4 keeps 'sbatch --wait' polling every 2 s
 MinJobAge=$SLURM_MIN_JOB_AGE
 $GRES_TYPES

@@ -35,7 +35,7 @@ def test_heartbeat_failure_names_the_dead_worker():
         plan = mwm_plan(addresses)
         exc = UnavailableError("Collective ops is aborted by: Task /job:worker/replica:0/task:1 heartbeat timeout")
         line = lost_peer(exc, plan, plan.cluster)
-    assert line.startswith(f"lost worker 1 ({addresses[1]})") and "rerun the job to resume" in line
+    assert line.startswith(f"lost worker 1 ({addresses[1]})") and "or a rerun resumes from the last checkpoint" in line
 
 
 def test_the_scripts_own_errors_are_not_a_lost_peer():

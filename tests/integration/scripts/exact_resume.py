@@ -43,7 +43,10 @@ y = (features.sum(axis=1) > 0).astype("float32")
 def my_rank() -> int:
     if os.environ.get("TF_CONFIG"):
         return json.loads(os.environ["TF_CONFIG"])["task"]["index"]
-    return int(os.environ.get("HOROVOD_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or 0)
+    for name in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):  # horovodrun, mpirun, srun
+        if os.environ.get(name):
+            return int(os.environ[name])
+    return 0
 
 
 def record(indices):
