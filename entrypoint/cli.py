@@ -129,9 +129,13 @@ def plan_cmd(
     ctx: typer.Context,
     script: Optional[str] = typer.Argument(None, help="The script and its arguments: they name the run."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    job_name: Optional[str] = typer.Option(None, "--job-name", help="The Slurm job name the run will have (it "
+                                           "names the run: the job file's, e.g. distrain-mwm, or sbatch's "
+                                           "--job-name), to see on the login node the run the job will resume."),
 ) -> None:
     """Print what would run here, and why, without importing TensorFlow."""
-    plan = detect(os.environ, script=script, argv=list(ctx.args))
+    env = {**os.environ, "SLURM_JOB_NAME": job_name} if job_name is not None else os.environ
+    plan = detect(env, script=script, argv=list(ctx.args))
     if as_json:
         data = plan.to_dict()
         data["resume"] = _resume_note(plan)
@@ -293,6 +297,37 @@ def data(
     typer.echo(f"wrote {len(paths)} shards to {out_dir}")
 
 
+EXIT_RESTART, EXIT_END, EXIT_REQUEUE = 0, 1, 10  # restart-check's answers to jobs/lib.sh
+
+
+@app.command("restart-check", hidden=True, context_settings=PASS_THROUGH)
+@reports_errors
+def restart_check(
+    ctx: typer.Context,
+    script: str = SCRIPT_ARG,
+    code: int = typer.Option(..., "--code", help="srun's exit code for the step."),
+    since: float = typer.Option(..., "--since", help="When the step started (seconds since the epoch)."),
+) -> None:
+    """jobs/lib.sh, after a step failed: restart it (exit 0), end the job (1), or requeue it (10: no worker
+    started, a node down?). Prints the one line that says why (restarts.py)."""
+    from . import restarts
+
+    job = f"job {os.environ.get('SLURM_JOB_ID', '?')}.{os.environ.get('SLURM_RESTART_COUNT', '0')}"
+    run = restarts.RunOfLaunch.detect(script, list(ctx.args), session=job)
+    records = run.step_records(since)
+    ended = restarts.step_ended(records, int(os.environ.get("SLURM_NTASKS") or max(records, default=0) + 1), code)
+    if not ended.started:
+        typer.echo(f"no worker of the step started (srun exit {code}: a node down?)")
+        raise typer.Exit(EXIT_REQUEUE)
+    why = run.restart_reason(ended)
+    if why is not None:
+        typer.echo(why)
+        raise typer.Exit(EXIT_RESTART)
+    if run.count or run.reasons:
+        typer.echo(run.summary(ended.code))
+    raise typer.Exit(EXIT_END)
+
+
 RESULTS_OPTION = typer.Option(None, "--result", help="Result JSON files for --plot (repeat the option).")
 
 
@@ -341,6 +376,106 @@ def bench(
         if json_out:
             bench_mod.write_json(result, json_out)
             typer.echo(f"distrain: wrote {json_out}")
+
+
+runs_app = typer.Typer(help="List your runs: where each stopped, and the command that resumes it.",
+                       no_args_is_help=False, rich_markup_mode=None)
+app.add_typer(runs_app, name="runs")
+DIR_OPTION = typer.Option(None, "--dir", help="The output directory (default: DISTRAIN_OUTPUT_DIR, $SCRATCH/distrain, "
+                          "$WORK/distrain, /tmp/$USER/distrain; and ./distrain-output, the job scripts' last resort).")
+
+
+def _output_dirs(directory: str | None) -> list[str]:
+    if directory:
+        return [directory]
+    from .workdirs import root
+
+    found = [root(os.environ, "DISTRAIN_OUTPUT_DIR").path]
+    local = os.path.abspath("distrain-output")
+    if not os.environ.get("DISTRAIN_OUTPUT_DIR") and os.path.isdir(os.path.join(local, "runs")):
+        found.append(local)
+    return found
+
+
+@runs_app.callback(invoke_without_command=True)
+@reports_errors
+def runs_list(
+    ctx: typer.Context,
+    directory: Optional[str] = DIR_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="One JSON list, for scripts."),
+) -> None:
+    """Every run under the output directory: its state, last checkpoint, size, and the command that resumes it.
+    `distrain runs show NAME`, `distrain runs rm NAME...`."""
+    if ctx.invoked_subcommand:
+        return
+    from . import runs_view
+
+    listed = [(d, runs_view.find(d)) for d in _output_dirs(directory)]
+    if as_json:
+        typer.echo(json.dumps([v.as_json() for _, views in listed for v in views], indent=1))
+        return
+    for where, views in listed:
+        typer.echo(f"runs in {where}/runs: {len(views)}")
+        for v in views:
+            typer.echo(f"  {v.name}  {v.state}")
+            typer.echo(f"      {' '.join(v.command)}")
+            typer.echo(f"      last checkpoint {runs_view.age(v.last_checkpoint)}, {runs_view.human_size(v.size_bytes)}"
+                       f"{f', {v.restarts} restart(s)' if v.restarts else ''}")
+            if not v.live and not v.state.startswith("finished") and v.resume:
+                typer.echo(f"      resume: {v.resume}")
+
+
+def _one(name: str, directory: str | None):  # noqa: ANN202
+    from . import runs_view
+
+    for where in _output_dirs(directory):
+        found = runs_view.one(where, name)
+        if found:
+            return found
+    raise DistrainError(f"no run {name!r} in {', '.join(_output_dirs(directory))}: `distrain runs` lists them "
+                        "(--dir for another output directory)")
+
+
+@runs_app.command("show")
+@reports_errors
+def runs_show(name: str = typer.Argument(..., help="The run's name (or a unique prefix)."),
+              directory: Optional[str] = DIR_OPTION,
+              as_json: bool = typer.Option(False, "--json", help="JSON, for scripts.")) -> None:
+    """One run, whole."""
+    from . import runs_view
+
+    found = _one(name, directory)
+    if as_json:
+        typer.echo(json.dumps(found.as_json(), indent=1))
+        return
+    rows = [("name", found.name), ("state", found.state), ("command", " ".join(found.command)),
+            ("resume", found.resume or "-"), ("job", found.job or "-"), ("directory", found.directory),
+            ("last checkpoint", runs_view.age(found.last_checkpoint)), ("size", runs_view.human_size(found.size_bytes)),
+            ("restarts", str(found.restarts))]
+    for key, value in rows:
+        typer.echo(f"{key:<16}{value}")
+
+
+RUN_NAMES = typer.Argument(..., help="The runs to delete, with their checkpoints.")
+
+
+@runs_app.command("rm")
+@reports_errors
+def runs_rm(names: list[str] = RUN_NAMES,
+            directory: Optional[str] = DIR_OPTION,
+            yes: bool = typer.Option(False, "-y", "--yes", help="Do not ask.")) -> None:
+    """Delete runs and their checkpoints (never a live one)."""
+    import shutil
+
+    chosen = [_one(name, directory) for name in names]
+    live = [v.name for v in chosen if v.live]
+    if live:
+        raise DistrainError(f"{', '.join(live)}: running; stop it first (nothing was deleted)")
+    for v in chosen:
+        if not yes and not typer.confirm(f"delete {v.name} ({v.state}) and its checkpoints in {v.directory}?"):
+            continue
+        shutil.rmtree(v.directory)
+        typer.echo(f"deleted {v.name}")
 
 
 image_app = typer.Typer(help="Build or pull the Apptainer image (spython), caches kept out of $HOME.",

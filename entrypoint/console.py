@@ -20,7 +20,9 @@ from typing import Callable, NoReturn, Optional, TypeVar
 from .errors import EXIT_PREEMPTED, EXIT_WORKER_FAILED, ConfigError, DistrainError
 
 Func = TypeVar("Func", bound=Callable)
-COMMANDS = ("run", "launch", "plan", "doctor", "selftest", "data", "bench", "image", "--help", "-h", "--version")
+COMMANDS = ("run", "launch", "plan", "doctor", "selftest", "runs", "data", "bench", "image", "--help", "-h",
+            "--version")
+HIDDEN_COMMANDS = ("restart-check",)  # jobs/lib.sh's, not a user's
 
 
 def fail(message: str, code: int) -> NoReturn:
@@ -93,7 +95,7 @@ def run_script_command(script: str, args: list[str]) -> None:
         check_writable(plan.checkpoint_dir, what)
         identity = runs.RunIdentity(plan.run_name, plan.run_key, "")
         first = runs.open_run(plan.checkpoint_dir, identity, plan.rank, [path, *args], plan.resume,
-                              plan.checkpoint_dir_named)
+                              plan.checkpoint_dir_named, _about_the_run(path, args))
         if plan.is_chief:
             logger.info(first)
     devices = f"GPU {','.join(plan.devices)}" if plan.devices else "CPU"
@@ -108,28 +110,65 @@ def run_script_command(script: str, args: list[str]) -> None:
                 logger.info(f"plan | {line}")
     logger.info(f"rank {plan.rank} of {plan.size} on {platform.node()}: local rank {plan.local_rank}, {devices}")
     log.quiet_native_logs()
-    engine = runtime.setup(plan)
+    ending = _Ending(plan.checkpoint_dir, plan.rank, plan.size)
+    engine = None
     try:
+        engine = runtime.setup(plan)
         runner.run_script(path, args, engine)
-    except SystemExit:
+    except SystemExit as exc:
+        ending.record(exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1, "the script exited")
         raise
-    except DistrainError:
+    except DistrainError as exc:
+        ending.record(exc.exit_code, str(exc))
         raise
     except BaseException as exc:  # the script's own error: its traceback, once, then Python's usual exit code 1
         from .peers import lost_peer
         from .stopping import ignore_stop_signals
 
         ignore_stop_signals()  # the run has failed: a TERM now (horovodrun, srun ending the job) must not cut
-        lost = lost_peer(exc, plan, engine.peers)  # this report short or claim a stop it cannot checkpoint
+        peers = engine.peers if engine else ()  # this report short or claim a stop it cannot checkpoint
+        lost = lost_peer(exc, plan, peers)
         if lost:  # not the script's fault: another worker died under it. Exit now: the collectives are broken
+            ending.record(EXIT_WORKER_FAILED, lost)
             prefix = "" if os.environ.get("DISTRAIN_LAUNCHER") else f"{plan.prefix} "  # which survivor, in a job log
             sys.stderr.write(f"{prefix}distrain: error: {lost}\n")  # and interpreter teardown can hang in them
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(EXIT_WORKER_FAILED)
+        ending.record(1, f"{type(exc).__name__}: {exc}")
         traceback.print_exc()
         sys.stderr.flush()
         raise SystemExit(1) from None
+    ending.record(0)
+
+
+def _about_the_run(path: str, args: list[str]) -> dict[str, str]:
+    """What `distrain runs` shows of a run: the command that resumes it (a job script's, with its sbatch options;
+    a launch's; else this one), where it was started, its Slurm job."""
+    import shlex
+
+    resume = os.environ.get("DISTRAIN_RESUME_COMMAND") or shlex.join(["distrain", "run", path, *args])
+    about = {"resume": resume, "cwd": os.getcwd(), "started": platform.node()}
+    if os.environ.get("SLURM_JOB_ID"):
+        about["job"] = os.environ["SLURM_JOB_ID"]
+    return about
+
+
+class _Ending:
+    """This worker's record in the run's state (endings.py): written at its start, completed at its end."""
+
+    def __init__(self, state_dir: str | None, rank: int, size: int) -> None:
+        from . import endings
+
+        self.state_dir, self.rank = state_dir, rank
+        if state_dir:
+            endings.started(state_dir, rank, size)
+
+    def record(self, code: int, why: str = "") -> None:
+        from . import endings
+
+        if self.state_dir:
+            endings.ended(self.state_dir, self.rank, code, why)
 
 
 @reports_errors
@@ -170,7 +209,7 @@ def parse_launch(argv: list[str]) -> Optional[tuple[dict[str, int], str, list[st
 def main() -> None:
     """Console entry: `distrain train.py ...` is `distrain run train.py ...` (what the image runs)."""
     argv = sys.argv[1:]
-    if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
+    if argv and argv[0] not in COMMANDS + HIDDEN_COMMANDS and not argv[0].startswith("-"):
         if not os.path.exists(argv[0]) and not argv[0].endswith(".py") and os.sep not in argv[0]:
             commands = ", ".join(c for c in COMMANDS if not c.startswith("-"))
             fail(f"no command or script {argv[0]!r} (commands: {commands}; a script: distrain run train.py)", 2)

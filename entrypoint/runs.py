@@ -159,8 +159,9 @@ def _has_state(state_dir: str) -> bool:
 
 
 def open_run(state_dir: str, run: RunIdentity, rank: int, command: Sequence[str], resume: bool,
-             user_named_dir: bool) -> str:
-    """Lock, check and (chief) record the run's state dir; return the run's first log line.
+             user_named_dir: bool, about: Mapping[str, str] | None = None) -> str:
+    """Lock, check and (chief) record the run's state dir; return the run's first log line. `about`: what
+    `distrain runs` shows of it (the command that resumes it, its Slurm job).
 
     The chief clears the state for DISTRAIN_RESUME=0 before the engine starts: the strategy's (or Horovod's)
     rendezvous then orders this before any rank's fit reads a checkpoint.
@@ -179,7 +180,7 @@ def open_run(state_dir: str, run: RunIdentity, rank: int, command: Sequence[str]
             for kept in ("chief", "ranks", *map(os.path.basename, glob.glob(os.path.join(state_dir, "fit-*")))):
                 shutil.rmtree(os.path.join(state_dir, kept), ignore_errors=True)
         write_private_json(os.path.join(state_dir, IDENTITY_FILE),
-                            {"name": run.name, "key": run.key, "command": list(command)})
+                            {"name": run.name, "key": run.key, "command": list(command), **(about or {})})
     point = resume_point(state_dir) if resume else None
     if point is None:
         again = " (DISTRAIN_RESUME=0: earlier state removed)" if not resume else ""

@@ -22,7 +22,7 @@ def test_the_quick_start_block_runs_as_written_from_the_users_project(slurm, tmp
     assert files[1:] == ["train.py"] and files[0].startswith("distrain-mwm-"), files
 
 
-def test_a_job_stopped_without_requeue_resumes_when_the_same_command_is_submitted_again(slurm, tmp_path):
+def test_a_job_stopped_without_requeue_resumes_with_the_command_its_log_prints(slurm, tmp_path):
     home, project, env = user(slurm, tmp_path)
     command = ["sbatch", "--no-requeue", "--nodes=1", "--ntasks-per-node=2", "--gres=gpu:2", "--cpus-per-task=1",
                f"{ROOT}/jobs/mwm.job", "train.py", "--epochs", "12"]
@@ -36,10 +36,13 @@ def test_a_job_stopped_without_requeue_resumes_when_the_same_command_is_submitte
         cancel(slurm, job_id)
     text = log.read_text()
     assert "stopped on SIGTERM after saving a checkpoint" in text, text[-3000:]
-    # the last line says exactly what to type
-    assert f"to resume, submit the same command again: sbatch {ROOT}/jobs/mwm.job {project}/train.py --epochs 12" \
-        in text, text[-2000:]
-    again = submitted(subprocess.run(command, cwd=project, env=env, capture_output=True, text=True))
+    # the last line says exactly what to type: the job's own sbatch options and job name, from the submit dir
+    resume = re.search(r"to resume, submit it again: (.+)", text).group(1)
+    # (--gres=gpu:2 as given is --gpus-per-task=1 of the header for its 2 tasks: the same GPUs)
+    assert resume == f"cd {project} && sbatch --nodes=1 --ntasks-per-node=2 --gpus-per-task=1 --cpus-per-task=1 " \
+        f"--partition=debug --time=01:00:00 --job-name=distrain-mwm {ROOT}/jobs/mwm.job {project}/train.py " \
+        "--epochs 12", resume
+    again = submitted(subprocess.run(["bash", "-c", resume], cwd=tmp_path, env=env, capture_output=True, text=True))
     try:
         wait_gone(slurm, again, timeout=300)
     finally:

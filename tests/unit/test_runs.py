@@ -111,3 +111,13 @@ def test_a_run_held_by_a_live_process_is_refused(tmp_path):
         holder.kill()
         holder.wait()
     runs.open_run(str(tmp_path), identity("a", "k"), 0, [], True, False)  # free again once it is gone
+
+
+def test_plan_on_the_login_node_names_the_run_the_job_will_have_when_told_its_job_name(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("")
+    job = run_of(["--epochs", "3"], SLURM_JOB_NAME="distrain-mwm")
+    plan = subprocess.run([sys.executable, "-m", "entrypoint", "plan", "--json", "--job-name", "distrain-mwm",
+                           "/home/u/proj/train.py", "--epochs", "3"], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "USER": "u", "HOME": str(tmp_path)})
+    assert json.loads(plan.stdout)["run_name"] == job.run_name, plan.stdout + plan.stderr
