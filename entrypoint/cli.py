@@ -244,8 +244,11 @@ def doctor() -> None:
         import horovod
         import horovod.tensorflow as hvd
 
-        typer.echo(f"horovod: {horovod.__version__} (tensorflow: yes, mpi: {hvd.mpi_built()}, "
-                   f"gloo: {hvd.gloo_built()}, nccl: {hvd.nccl_built()})")
+        def built(yes: object) -> str:  # hvd.*_built() answer True/False, nccl_built() a version number or 0
+            return "yes" if yes else "no"
+
+        typer.echo(f"horovod: {horovod.__version__} (tensorflow: yes, mpi: {built(hvd.mpi_built())}, "
+                   f"gloo: {built(hvd.gloo_built())}, nccl: {built(hvd.nccl_built())})")
     except ImportError as exc:
         typer.echo(f"horovod: not available ({exc})")
         if plan and plan.mode == "horovod":

@@ -270,6 +270,16 @@ def _checkpoint_dir(env: Mapping[str, str], run: runs.RunIdentity) -> tuple[Work
     return output.below("runs", run.name), why
 
 
+def _keras_home(env: Mapping[str, str], state_dir: str | None) -> str | None:
+    """Keras (3 and tf_keras) writes `~/.keras/keras.json` when it is imported: a user without a `~/.keras` gets
+    one from distrain's run unless KERAS_HOME points elsewhere. Then the run's state dir holds it; a user's own
+    KERAS_HOME or existing `~/.keras` (their config, their downloaded datasets) is left as it is."""
+    home = env.get("HOME")
+    if env.get("KERAS_HOME") or not state_dir or not home or os.path.exists(os.path.join(home, ".keras")):
+        return None
+    return os.path.join(state_dir, "keras")
+
+
 def _horovod_elastic(env: Mapping[str, str], mode: str) -> tuple[bool, str]:
     """horovodrun in elastic mode (--min-np, --max-np, --host-discovery-script) starts every worker with
     HOROVOD_ELASTIC=1. Workers come and go, ranks are renumbered after each reset, and the script's
@@ -532,6 +542,9 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
             "off under Horovod elastic: the script's hvd.elastic state rolls a reset back to its last commit, and "
             "a checkpoint restored in the reset would overwrite it; a rerun resumes from what the script saves")
     reasons["hooks"] = "DISTRAIN_HOOKS" if env.get("DISTRAIN_HOOKS") else "default: the script runs unchanged"
+    keras_home = _keras_home(env, checkpoint.path if checkpoint else None)
+    if keras_home:
+        env_set["KERAS_HOME"] = keras_home
     every = _int(env, "DISTRAIN_CHECKPOINT_EVERY") or 0
     if every < 0:
         raise ConfigError("DISTRAIN_CHECKPOINT_EVERY must be a number of steps >= 0")

@@ -8,6 +8,7 @@
 #
 # Configuration (environment variables, all optional; export them or pass `sbatch --export=ALL,VAR=...`):
 #   DISTRAIN_HOME     the distrain checkout holding jobs/ (default: found from the job file's own path)
+#   DISTRAIN_SITE     the site's defaults, sourced first (default: $DISTRAIN_HOME/jobs/site.sh, if it exists)
 #   DISTRAIN_IMAGE    the .sif image (default: $DISTRAIN_HOME/distrain.sif)
 #   USE_CONTAINER     1: srun apptainer run --nv IMAGE (default) | 0: the virtualenv DISTRAIN_VENV
 #   DISTRAIN_VENV     virtualenv for USE_CONTAINER=0 (default: $DISTRAIN_HOME/.venv; jobs/venv_build.job makes it)
@@ -32,6 +33,7 @@ distrain_die() {
 }
 
 distrain_defaults() {
+  distrain_site
   DISTRAIN_HOME=${DISTRAIN_HOME:-${SLURM_SUBMIT_DIR:-$PWD}}
   DISTRAIN_IMAGE=${DISTRAIN_IMAGE:-$DISTRAIN_HOME/distrain.sif}
   USE_CONTAINER=${USE_CONTAINER:-1}
@@ -39,6 +41,17 @@ distrain_defaults() {
   export DISTRAIN_HOME DISTRAIN_IMAGE USE_CONTAINER DISTRAIN_VENV
   export DISTRAIN_PRINT_PLAN=1   # rank 0 prints its Plan at the top of the job log
   distrain_output_dir
+}
+
+# Site defaults an admin sets once, kept out of the checkout's tracked files (an upgrade keeps them): jobs/site.sh
+# (jobs/site.sh.example shows the form: defaults that the user's own environment still overrides).
+distrain_site() {
+  local site=${DISTRAIN_SITE:-${DISTRAIN_HOME:-.}/jobs/site.sh}
+  if [ -r "$site" ]; then
+    # shellcheck source=/dev/null
+    source "$site" || distrain_die "$site failed: fix it or set DISTRAIN_SITE to another file"
+  fi
+  return 0
 }
 
 # Outputs off $HOME (small quotas), in distrain's own order; the last resort is the submit dir, which every node

@@ -114,9 +114,12 @@ def test_a_horovod_step_whose_task_was_killed_is_restarted_and_completes(slurm, 
 
 
 def test_missing_image_fails_in_seconds_with_the_reason_in_the_log(slurm, tmp_path):
+    """The image named by the site's defaults (jobs/site.sh, here DISTRAIN_SITE) is missing: exit 2 before srun."""
+    site = tmp_path / "site.sh"
+    site.write_text((ROOT / "jobs" / "site.sh.example").read_text().replace("/apps/distrain/", "/nonexistent/"))
     started = time.monotonic()
     job = submit(slurm, tmp_path, "mwm", [*SMALL, "--nodes=1", "--ntasks-per-node=2", "--gres=gpu:2"],
-                 USE_CONTAINER="1", DISTRAIN_IMAGE="/nonexistent/distrain.sif")
+                 USE_CONTAINER="1", DISTRAIN_SITE=str(site))
     assert job.code == 2, job
     assert "image /nonexistent/distrain.sif not found" in job.log
     assert time.monotonic() - started < 30

@@ -286,3 +286,14 @@ def test_the_timers_defaults_are_the_readmes():
                               ("DISTRAIN_STOP_CHECK_SECONDS", "2"), ("DISTRAIN_CHECKPOINT_MINUTES", "30"),
                               ("DISTRAIN_START_TIMEOUT", "300")):
         assert f"| `{variable}` | `{default}` |" in readme, variable
+
+
+def test_keras_writes_its_config_in_the_runs_state_only_for_a_user_without_a_keras_home(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "DISTRAIN_OUTPUT_DIR": str(tmp_path / "out")}
+    plan = detect(env, gpus=[], script=str(tmp_path / "train.py"))
+    assert dict(plan.env_set)["KERAS_HOME"] == f"{plan.checkpoint_dir}/keras"
+    assert "KERAS_HOME" not in dict(detect({**env, "KERAS_HOME": "/mine"}, gpus=[]).env_set)  # the user's own
+    (home / ".keras").mkdir()  # their config and downloaded datasets: left as they are
+    assert "KERAS_HOME" not in dict(detect(env, gpus=[], script=str(tmp_path / "train.py")).env_set)
