@@ -12,7 +12,7 @@ import statistics
 import time
 
 import entrypoint as dt
-from entrypoint import stopping
+from entrypoint.fit import stopping
 
 # isort: split
 import tensorflow as tf

@@ -34,7 +34,7 @@ import small_cnn  # benchmarks/, this script's directory
 import tensorflow as tf
 
 import entrypoint
-from entrypoint import checkpoint
+from entrypoint.fit import checkpoint
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--rounds", type=int, default=4)

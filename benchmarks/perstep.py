@@ -40,12 +40,12 @@ if args.part == "input":
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from entrypoint import batches  # noqa: E402
+from entrypoint.fit import batches  # noqa: E402
 
 
 def callback_cost(callback, calls: int) -> float:
     """Microseconds per step of a callback's per-step hooks (the median of the repetitions): its batch hooks, and
-    its step observer (entrypoint/steps.py) where it has one, as the train function calls it."""
+    its step observer (entrypoint/fit/steps.py) where it has one, as the train function calls it."""
     observe = getattr(callback, "step_ended", None)
     callback.on_train_begin()
     callback.on_epoch_begin(0)
@@ -65,7 +65,7 @@ def callback_cost(callback, calls: int) -> float:
 
 def checkpoint_callback(plan, keras, steps: int):
     """distrain's checkpoint callback for this family, on a small compiled model, as fit sets it up."""
-    from entrypoint import checkpoint
+    from entrypoint.fit import checkpoint
 
     model = keras.Sequential([keras.layers.Input((4,)), keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
@@ -76,7 +76,7 @@ def checkpoint_callback(plan, keras, steps: int):
 
 
 def callbacks() -> dict:
-    from entrypoint import stalls, stopping
+    from entrypoint.fit import stalls, stopping
     from entrypoint.runtime import STATE
 
     plan, engine, keras = STATE.plan, STATE.engine, STATE.keras

@@ -409,7 +409,7 @@ INPUT_PIPELINES = ("control: plain tf.data against itself", "positioned numpy (e
 
 
 def _per_step(hook: str) -> bool:
-    """A batch hook, or the step observers called after each train-function call (entrypoint/steps.py)."""
+    """A batch hook, or the step observers called after each train-function call (entrypoint/fit/steps.py)."""
     return "_batch_" in hook or hook.startswith("StepEnds.")
 
 
@@ -508,7 +508,7 @@ def fit_in_process(smoke: bool) -> dict:
 
 
 def step_observers(reps: int, smoke: bool) -> dict:
-    """distrain's per-step work as a batch callback, as a train-function observer (entrypoint/steps.py), and
+    """distrain's per-step work as a batch callback, as a train-function observer (entrypoint/fit/steps.py), and
     neither, in one process on one core (benchmarks/step_observers.py), for each Keras family: the training
     thread's CPU and its Python calls per step, each way."""
     script = str(ROOT / "benchmarks" / "step_observers.py")

@@ -1,4 +1,4 @@
-"""distrain's per-step work as a batch callback against as an observer of the train function (entrypoint/steps.py),
+"""distrain's per-step work as a batch callback against as an observer of the train function (entrypoint/fit/steps.py),
 and neither, in one process: epochs of a short-step fit (a tiny dense model, about 0.5 ms of the training
 thread's CPU a step) alternating between the three, the order rotated every repetition. On tf_keras a batch
 callback switches the per-batch callback machinery on; Keras 3 on TensorFlow calls every batch hook anyway.
@@ -20,7 +20,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from entrypoint import stalls, steps, stopping
+from entrypoint.fit import stalls, steps, stopping
 from entrypoint.plan import detect
 
 parser = argparse.ArgumentParser()

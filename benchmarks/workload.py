@@ -195,7 +195,7 @@ def time_distrain_hooks() -> None:
         return call
 
     cls.__init__ = init
-    from entrypoint import steps  # the step observers, called from the train function (steps.py), all in one
+    from entrypoint.fit import steps  # the step observers, called from the train function (steps.py), all in one
 
     steps.StepEnds.call_ended = timed(steps.StepEnds.call_ended, "StepEnds.call_ended")
 

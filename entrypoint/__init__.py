@@ -98,7 +98,7 @@ def shard(dataset: Any) -> Any:
 
 def save(model: Any, path: str | os.PathLike, **kwargs: Any) -> None:
     """Save `model` so that only the chief's complete copy lands at `path` (atomic: temp + rename)."""
-    from . import checkpoint
+    from .fit import checkpoint
 
     engine = _engine()
     original = getattr(type(model).save, "__wrapped__", type(model).save)

@@ -14,7 +14,7 @@ from typing import Optional
 import typer
 
 from . import __version__
-from .console import DEFAULT_WORKERS, fail, launch_command, reports_errors, run_script_command
+from .commands import DEFAULT_WORKERS, fail, launch_command, reports_errors, run_script_command
 from .errors import EXIT_ENVIRONMENT, DistrainError
 from .plan import PROXY_VARS, Plan, detect
 
@@ -158,7 +158,7 @@ def _container_tools() -> str:
 
     parts = []
     try:
-        from .images import find_apptainer
+        from .tools.images import find_apptainer
 
         binary = find_apptainer(os.environ)
         version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=20).stdout.strip()
@@ -192,7 +192,7 @@ def doctor() -> None:
     typer.echo(f"proxies: {' '.join(proxies) if proxies else 'none set'}"
                + (" (unset for MWM by distrain run)" if proxies else ""))
     try:
-        from .images import cache_dirs
+        from .tools.images import cache_dirs
 
         dirs, note = cache_dirs(os.environ)
         where = ", ".join(f"{k}={v}" for k, v in dirs.items())
@@ -202,8 +202,8 @@ def doctor() -> None:
     except ImportError:
         pass
     typer.echo(_container_tools())
-    from .hostcheck import driver_lines, shared_memory
     from .plan import gpu_device_files
+    from .tools.hostcheck import driver_lines, shared_memory
 
     visible = plan.gpus_visible if plan else ()
     lines, warnings = driver_lines(visible, os.environ.get("CUDA_VISIBLE_DEVICES"), gpu_device_files())
@@ -227,7 +227,7 @@ def doctor() -> None:
         keras_dist = "tf-keras" if tf.keras.__name__.startswith("tf_keras") else "keras"
         typer.echo(f"keras: {keras_dist} {importlib.metadata.version(keras_dist)}")
         if build.get("is_cuda_build"):  # the driver must support the CUDA this TensorFlow was built with
-            from .selftest import FAIL, driver_row
+            from .tools.selftest import FAIL, driver_row
 
             driver = driver_row(str(build.get("cuda_version") or ""))
             if driver.status == FAIL:
@@ -273,7 +273,7 @@ def selftest(
     pinning; then the driver, /dev/shm, InfiniBand, NCCL_* and proxies. A table and a verdict; a check that
     cannot run here is `skip` with its reason. Exit 0 only if nothing failed (1 otherwise).
     """
-    from . import selftest as selftest_mod
+    from .tools import selftest as selftest_mod
 
     typer.echo("distrain selftest: " + ("judging the job's checks in " + from_dir if from_dir else
                                         f"single, MWM x{workers}, Horovod x{workers} on this machine (about a minute)"))
@@ -294,7 +294,7 @@ def data(
 ) -> None:
     """Write scikit-learn's bundled digits as TFRecord shards (for examples/tfrecord_digits.py)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from .data import write_digits
+    from .tools.data import write_digits
 
     paths = write_digits(out_dir, shards)
     typer.echo(f"wrote {len(paths)} shards to {out_dir}")
@@ -355,7 +355,7 @@ def bench(
     sbatch jobs/mwm.job`, under horovodrun/mpirun. `--plot out.png --result a.json --result b.json` plots
     throughput against replicas instead of measuring.
     """
-    from . import bench as bench_mod
+    from .tools import bench as bench_mod
 
     if plot_out:
         if not results:
@@ -368,7 +368,7 @@ def bench(
     plan = detect(os.environ)
     runtime.apply_checks(plan)
     log.configure(plan.prefix)
-    log.quiet_native_logs()
+    log.quiet_native_logs(plan.verbose)
     engine = runtime.setup(plan)
     base = bench_mod.read_json(baseline) if baseline else None
     config = bench_mod.BenchConfig(model=model, batch_per_replica=batch_per_replica, steps=steps, warmup=warmup,
@@ -500,7 +500,7 @@ def image_build(
                                 "apptainer test --nv IMAGE."),
 ) -> None:
     """Build OUTPUT from Apptainer.def (or --from-docker IMAGE), streaming apptainer's output."""
-    from .images import build
+    from .tools.images import build
 
     path = build(definition, output, os.environ, base_image=base_image, from_docker=from_docker, fakeroot=fakeroot,
                  allow_home=allow_home, test=not notest)
@@ -515,7 +515,7 @@ def image_pull(
     allow_home: bool = typer.Option(False, "--allow-home", help="Allow Apptainer's cache under $HOME."),
 ) -> None:
     """Pull URI into OUTPUT, with APPTAINER_CACHEDIR/TMPDIR/CONFIGDIR outside $HOME."""
-    from .images import pull
+    from .tools.images import pull
 
     path = pull(uri, output, os.environ, allow_home=allow_home)
     typer.echo(f"distrain: pulled {path}")

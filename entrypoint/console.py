@@ -4,185 +4,23 @@
 to parse but a script name and two numbers; typer and click cost about 35 ms of CPU to import and `entrypoint.cli`
 69 ms, in every process of every job (#21). Everything else (`--help`, `plan`, `doctor`, ...) goes to `cli`.
 
-Errors distrain detects print one line, `distrain: error: ...`, and exit with a code from `errors`; the user
-script's own traceback and exit code pass through unchanged.
+What they do is in `commands` (typer-free, shared with `cli`): this module only dispatches.
 """
 
 from __future__ import annotations
 
-import functools
 import os
-import platform
 import sys
-import traceback
-from typing import Callable, NoReturn, Optional, TypeVar
+from typing import Optional
 
-from .errors import EXIT_PREEMPTED, EXIT_WORKER_FAILED, ConfigError, DistrainError
+from .commands import DEFAULT_WORKERS, fail, launch_command, run_script_command
 
-Func = TypeVar("Func", bound=Callable)
 COMMANDS = ("run", "launch", "plan", "doctor", "selftest", "runs", "data", "bench", "image", "--help", "-h",
             "--version")
 HIDDEN_COMMANDS = ("restart-check",)  # jobs/lib.sh's, not a user's
 
 
-def fail(message: str, code: int) -> NoReturn:
-    sys.stderr.write(f"distrain: error: {message}\n")
-    raise SystemExit(code)
-
-
-def reports_errors(func: Func) -> Func:
-    """Turn DistrainError into one line on stderr and its exit code."""
-
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):  # noqa: ANN202
-        try:
-            return func(*args, **kwargs)
-        except DistrainError as exc:
-            if exc.exit_code == EXIT_PREEMPTED:  # a clean, checkpointed stop is not an error
-                sys.stderr.write(f"distrain: {exc}\n")
-                sys.stdout.flush()
-                sys.stderr.flush()
-                # everything is saved; the interpreter's teardown can hang in MWM's collectives (seen on TF 2.21:
-                # both workers stopped, then neither exited), so leave now
-                os._exit(EXIT_PREEMPTED)
-            fail(str(exc), exc.exit_code)
-
-    return wrapper  # type: ignore[return-value]
-
-
-def check_script(script: str) -> str:
-    """Refuse a missing or non-Python script before anything slow happens."""
-    if not os.path.isfile(script):
-        raise ConfigError(
-            f"training script {script!r} not found (relative to {os.getcwd()}): check the path and bind mounts"
-        )
-    if not script.endswith(".py"):
-        with open(script, "rb") as handle:
-            head = handle.read(200)
-        if not head.startswith(b"#!") or b"python" not in head.split(b"\n", 1)[0]:
-            raise ConfigError(f"{script!r} is not a Python script (expected a .py file)")
-    with open(script, "rb") as handle:
-        source = handle.read()
-    try:  # before TensorFlow loads and before a run is started: one line, not a traceback through distrain
-        compile(source, script, "exec", dont_inherit=True)
-    except (SyntaxError, ValueError) as exc:
-        where = f"{script}:{exc.lineno}" if getattr(exc, "lineno", None) else script
-        why = getattr(exc, "msg", exc)
-        raise ConfigError(f"{where}: {why}: the script does not compile; fix it and rerun") from None
-    return os.path.abspath(script)
-
-
-@reports_errors
-def run_script_command(script: str, args: list[str]) -> None:
-    """`distrain run SCRIPT ARGS...`: what every worker of every job runs."""
-    from . import log, runner, runtime
-    from .plan import detect
-
-    if script == "selftest-worker":  # what jobs/selftest.job starts per mode (selftest_train.py, in the package)
-        from .selftest import WORKER as script
-    path = check_script(script)
-    plan = detect(os.environ, script=path, argv=args)
-    runtime.apply_checks(plan)
-    runtime.STATE.plan = plan
-    logger = log.configure(plan.prefix)
-    if plan.checkpoint_workdir:
-        from . import runs
-        from .checkpoint import check_writable
-        from .workdirs import prepare
-
-        what = "the checkpoint directory (DISTRAIN_CHECKPOINT_DIR)"
-        prepare(plan.checkpoint_workdir, what, warn=logger.warning)
-        check_writable(plan.checkpoint_dir, what)
-        identity = runs.RunIdentity(plan.run_name, plan.run_key, "")
-        first = runs.open_run(plan.checkpoint_dir, identity, plan.rank, [path, *args], plan.resume,
-                              plan.checkpoint_dir_named, _about_the_run(path, args))
-        if plan.is_chief:
-            logger.info(first)
-    devices = f"GPU {','.join(plan.devices)}" if plan.devices else "CPU"
-    if plan.is_chief:
-        logger.info(f"{plan.mode} on {plan.size} worker(s); {dict(plan.reasons)['mode']}")
-        if plan.mode == "horovod" and plan.size > 1 and not plan.elastic and plan.checkpoint_dir and \
-                plan.launcher in ("horovodrun", "mpirun (Open MPI)"):
-            logger.info("a lost worker ends this run (exit 4; the same command resumes it): restarts without a "
-                        "person need `distrain launch` (MWM) or Horovod elastic (horovodrun --min-np)")
-        if os.environ.get("DISTRAIN_PRINT_PLAN") == "1":
-            for line in plan.table().splitlines():
-                logger.info(f"plan | {line}")
-    logger.info(f"rank {plan.rank} of {plan.size} on {platform.node()}: local rank {plan.local_rank}, {devices}")
-    log.quiet_native_logs()
-    ending = _Ending(plan.checkpoint_dir, plan.rank, plan.size)
-    engine = None
-    try:
-        engine = runtime.setup(plan)
-        runner.run_script(path, args, engine)
-    except SystemExit as exc:
-        ending.record(exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1, "the script exited")
-        raise
-    except DistrainError as exc:
-        ending.record(exc.exit_code, str(exc))
-        raise
-    except BaseException as exc:  # the script's own error: its traceback, once, then Python's usual exit code 1
-        from .peers import lost_peer
-        from .stopping import ignore_stop_signals
-
-        ignore_stop_signals()  # the run has failed: a TERM now (horovodrun, srun ending the job) must not cut
-        peers = engine.peers if engine else ()  # this report short or claim a stop it cannot checkpoint
-        lost = lost_peer(exc, plan, peers)
-        if lost:  # not the script's fault: another worker died under it. Exit now: the collectives are broken
-            ending.record(EXIT_WORKER_FAILED, lost)
-            prefix = "" if os.environ.get("DISTRAIN_LAUNCHER") else f"{plan.prefix} "  # which survivor, in a job log
-            sys.stderr.write(f"{prefix}distrain: error: {lost}\n")  # and interpreter teardown can hang in them
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(EXIT_WORKER_FAILED)
-        ending.record(1, f"{type(exc).__name__}: {exc}")
-        traceback.print_exc()
-        sys.stderr.flush()
-        raise SystemExit(1) from None
-    ending.record(0)
-
-
-def _about_the_run(path: str, args: list[str]) -> dict[str, str]:
-    """What `distrain runs` shows of a run: the command that resumes it (a job script's, with its sbatch options;
-    a launch's; else this one), where it was started, its Slurm job."""
-    import shlex
-
-    resume = os.environ.get("DISTRAIN_RESUME_COMMAND") or shlex.join(["distrain", "run", path, *args])
-    about = {"resume": resume, "cwd": os.getcwd(), "started": platform.node()}
-    if os.environ.get("SLURM_JOB_ID"):
-        about["job"] = os.environ["SLURM_JOB_ID"]
-    return about
-
-
-class _Ending:
-    """This worker's record in the run's state (endings.py): written at its start, completed at its end."""
-
-    def __init__(self, state_dir: str | None, rank: int, size: int) -> None:
-        from . import endings
-
-        self.state_dir, self.rank = state_dir, rank
-        if state_dir:
-            endings.started(state_dir, rank, size)
-
-    def record(self, code: int, why: str = "") -> None:
-        from . import endings
-
-        if self.state_dir:
-            endings.ended(self.state_dir, self.rank, code, why)
-
-
-@reports_errors
-def launch_command(workers: int, script: str, args: list[str], port: Optional[int] = None) -> NoReturn:
-    """`distrain launch -n N SCRIPT ARGS...`: N local MWM workers (see `launcher`)."""
-    from . import launcher
-
-    if script != "bench":
-        check_script(script)
-    raise SystemExit(launcher.launch(workers, script, args, port=port))
-
-
 LAUNCH_OPTIONS = {"-n": "workers", "--workers": "workers", "--port": "port"}
-DEFAULT_WORKERS = 2  # `launch` without -n (cli's typer option says the same)
 
 
 def parse_launch(argv: list[str]) -> Optional[tuple[dict[str, int], str, list[str]]]:

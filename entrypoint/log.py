@@ -45,15 +45,15 @@ for line in sys.stdin.buffer:
 """
 
 
-def quiet_native_logs() -> None:
-    """Send this process's stderr (fd 2) through a filter that drops C++ INFO chatter; DISTRAIN_VERBOSE=1 keeps it.
+def quiet_native_logs(verbose: bool = False) -> None:
+    """Send this process's stderr (fd 2) through a filter that drops C++ INFO chatter; verbose (the Plan's
+    DISTRAIN_VERBOSE=1) keeps it.
 
     A separate process, not a thread: it outlives this one (os._exit, SIGKILL) long enough to pass on every line
     written before, and ignores the TERM that Slurm and the launcher send to the whole step.
     """
     import subprocess
 
-    verbose = os.environ.get("DISTRAIN_VERBOSE", "0") not in ("", "0")
     if verbose or os.environ.get("_DISTRAIN_QUIET") == str(os.getpid()):
         return
     sys.stderr.flush()

@@ -20,6 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .plan import Plan
 
+PROBE_PATIENCE_SECONDS = 3.0  # a dying peer may close its collective's socket a moment before its probe port
+
 # Messages of the failures a dead peer causes, TensorFlow's and Horovod's (checked on 2.17 and 2.21, Gloo/MPI).
 _LOSS = re.compile(
     r"heartbeat|Collective ops is aborted|coordination service|is unavailable|Socket closed|Connection reset"
@@ -75,7 +77,8 @@ def first_unreachable(addresses: list[tuple[int, str]], patience: float) -> list
         time.sleep(0.1)
 
 
-def lost_peer(exc: BaseException, plan: Plan, addresses: tuple[str, ...], patience: float = 3.0) -> str | None:
+def lost_peer(exc: BaseException, plan: Plan, addresses: tuple[str, ...],
+              patience: float = PROBE_PATIENCE_SECONDS) -> str | None:
     """One line naming the lost worker if `exc` is the failure a dead peer causes, else None.
 
     `addresses`: host:port per rank that accepts connections while that rank lives (the MWM cluster, or the

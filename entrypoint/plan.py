@@ -67,6 +67,7 @@ class Plan:
     collective_timeout: float | None = None
     start_timeout: float = 300.0  # seconds for every MWM worker to join before the start-up watchdog ends it
     max_restarts: int = 3  # `distrain launch`: restarts from the last checkpoint after a fault (restarts.py)
+    verbose: bool = False  # DISTRAIN_VERBOSE=1: keep TensorFlow's and gRPC's C++ INFO lines
     env_set: tuple[tuple[str, str], ...] = ()
     env_unset: tuple[str, ...] = ()
     reasons: tuple[tuple[str, str], ...] = field(default=())
@@ -591,6 +592,7 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
         collective_timeout=collective_timeout,
         start_timeout=start_timeout,
         max_restarts=max_restarts,
+        verbose=_flag(env, "DISTRAIN_VERBOSE"),
         env_set=tuple(sorted(env_set.items())),
         env_unset=tuple(env_unset),
         reasons=tuple(sorted(reasons.items())),

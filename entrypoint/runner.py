@@ -19,9 +19,10 @@ import sys
 import threading
 from typing import Any
 
-from . import batches, callback_state, checkpoint, resume, runs, stages, stalls, steps, stopping, sync
+from . import runs
 from .compat import adopt
 from .engines import Engine
+from .fit import batches, callback_state, checkpoint, resume, stages, stalls, steps, stopping, sync
 from .log import configure as configure_log
 from .log import get as log
 

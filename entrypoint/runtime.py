@@ -57,7 +57,7 @@ def apply_environment(plan: Plan) -> None:
     if plan.env_unset:
         log.get().info(f"unset {' '.join(plan.env_unset)} (gRPC would route MWM traffic through the proxy)")
     os.environ.update(dict(plan.env_set))
-    if os.environ.get("DISTRAIN_VERBOSE", "0") in ("", "0"):  # DISTRAIN_VERBOSE=1: TensorFlow's own INFO lines too
+    if not plan.verbose:  # DISTRAIN_VERBOSE=1: TensorFlow's own INFO lines too
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 

@@ -16,7 +16,7 @@ import os
 import numpy as np
 
 import entrypoint as dt
-from entrypoint.data import parse_example, shard_files
+from entrypoint.tools.data import parse_example, shard_files
 
 # isort: split
 

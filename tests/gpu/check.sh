@@ -24,7 +24,7 @@ rc=$?
 { python3 -m entrypoint doctor; echo "doctor exit $?"; python3 -m entrypoint plan; } >"$out/doctor.txt" 2>&1
 python3 - >"$out/selftest-rows.txt" 2>&1 <<'PY'
 import os
-from entrypoint import selftest
+from entrypoint.tools import selftest
 for gpus in (1, 2):  # 2: the /dev/shm row is judged only for several GPUs
     print(selftest.report(selftest.environment_rows(os.environ, "12.8", gpus)))
 print("fastest link:", selftest.link_gbits())

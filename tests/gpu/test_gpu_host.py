@@ -89,7 +89,7 @@ def test_doctor_shows_the_driver_the_gpus_and_shared_memory():
 
 
 def test_the_kernel_module_and_nvidia_smi_agree_on_the_driver():
-    from entrypoint.hostcheck import kernel_driver_version
+    from entrypoint.tools.hostcheck import kernel_driver_version
 
     module = kernel_driver_version()
     if not module:
@@ -98,7 +98,7 @@ def test_the_kernel_module_and_nvidia_smi_agree_on_the_driver():
 
 
 def test_the_selftest_driver_row_reads_the_drivers_cuda():
-    from entrypoint.selftest import driver_row
+    from entrypoint.tools.selftest import driver_row
 
     header = subprocess.run([SMI], capture_output=True, text=True).stdout
     supported = re.search(r"CUDA Version:\s*([\d.]+)", header).group(1)
@@ -121,7 +121,7 @@ def test_the_selftest_names_the_network_nccls_own_log_chose():
     """A real NCCL's INFO log (PyTorch's, where this Python has it: TensorFlow's NCCL writes the same lines),
     read as the selftest reads its ranks' logs: the network is the one NCCL's verdict names."""
     pytest.importorskip("torch")
-    from entrypoint.selftest import collective_used
+    from entrypoint.tools.selftest import collective_used
 
     out = subprocess.run([sys.executable, "-c", NCCL_ONE_RANK], env={**os.environ, "NCCL_DEBUG": "INFO"},
                          capture_output=True, text=True, timeout=300)

@@ -1,4 +1,4 @@
-"""No replica is handed an empty batch (entrypoint/batches.py), so multi-worker MWM keeps oneDNN on: the
+"""No replica is handed an empty batch (entrypoint/fit/batches.py), so multi-worker MWM keeps oneDNN on: the
 tensorflow#60857 case (4 workers, Conv+ReLU, a last global batch of 2 samples) trains to the end on both Keras
 families, with tf.data and numpy input and with the script's own strategy; without distrain it fails.
 

@@ -1,4 +1,4 @@
-"""Every `fit` of a script is a stage of its run (entrypoint/stages.py): a fine-tuning script as Keras' guide
+"""Every `fit` of a script is a stage of its run (entrypoint/fit/stages.py): a fine-tuning script as Keras' guide
 writes it (tests/integration/scripts/fine_tune.py: the head with the base frozen, then everything with a lower
 learning rate, EarlyStopping and ReduceLROnPlateau, then evaluate), stopped by SIGTERM in its second fit and run
 again, passes through the first fit without training it, resumes the second exactly, and ends with the weights and

@@ -1,10 +1,11 @@
-"""Global batches in every mode (entrypoint/batches.py): the batch bounds, the ranks' shares, and real tf.data
+"""Global batches in every mode (entrypoint/fit/batches.py): the batch bounds, the ranks' shares, and real tf.data
 pipelines that partition each epoch between the ranks and never hand a replica an empty batch."""
 
 import numpy as np
 import pytest
 
-from entrypoint.batches import (
+from entrypoint.compat.script_gpu_pinning import TaskGPUs
+from entrypoint.fit.batches import (
     array_dataset,
     batch_bounds,
     even_out_last_batch,
@@ -15,7 +16,6 @@ from entrypoint.batches import (
     share,
     splits_cleanly,
 )
-from entrypoint.compat.script_gpu_pinning import TaskGPUs
 
 
 def sizes(bounds):
@@ -154,7 +154,7 @@ def test_a_scripts_gpu_index_by_local_rank_means_the_tasks_gpu():
 def test_pydataset_and_generator_batches_are_shared_between_the_ranks(tf):
     import keras
 
-    from entrypoint.batches import adapt_fit_arguments
+    from entrypoint.fit.batches import adapt_fit_arguments
 
     class Batches(keras.utils.PyDataset):
         def __len__(self):
@@ -181,7 +181,7 @@ def test_pydataset_and_generator_batches_are_shared_between_the_ranks(tf):
 
 
 def test_exact_resumes_pipeline_gives_every_epoch_its_own_order_wherever_it_starts():
-    from entrypoint.batches import positioned_array_dataset
+    from entrypoint.fit.batches import positioned_array_dataset
 
     x = np.arange(10, dtype="float32")
     whole = [b.numpy().tolist() for b in positioned_array_dataset((x,), 4, True, first_epoch=0, epochs=3, skip=0)]
@@ -196,7 +196,7 @@ def test_exact_resumes_pipeline_gives_every_epoch_its_own_order_wherever_it_star
 def test_a_shuffle_without_any_seed_cannot_be_positioned():
     import tensorflow as tf
 
-    from entrypoint.resume import unseeded_shuffle
+    from entrypoint.fit.resume import unseeded_shuffle
 
     numbers = tf.data.Dataset.range(10)
     assert unseeded_shuffle(numbers.shuffle(10).batch(2).map(lambda b: b * 2))

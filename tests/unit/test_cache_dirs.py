@@ -3,7 +3,7 @@
 import pytest
 
 from entrypoint.errors import ConfigError
-from entrypoint.images import cache_dirs
+from entrypoint.tools.images import cache_dirs
 
 
 def test_scratch_first_and_never_home():

@@ -52,7 +52,7 @@ def test_the_readme_opens_for_users_and_closes_with_the_developers_commands():
 
 
 def test_doctor_warns_when_shared_memory_is_too_small_for_several_gpus(tmp_path):
-    from entrypoint.hostcheck import shared_memory
+    from entrypoint.tools.hostcheck import shared_memory
 
     with small_tmpfs(tmp_path / "shm", "64m") as docker_default:  # what Docker gives without --shm-size
         line, warning = shared_memory(gpus=2, path=str(docker_default))
@@ -119,3 +119,12 @@ def test_a_job_script_run_by_hand_outside_slurm_says_to_submit_it_and_writes_not
                          text=True, env=clean_env())
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert "this is a Slurm job script: submit it with sbatch" in out.stderr and not list(tmp_path.iterdir())
+
+
+def test_the_console_knows_every_command_the_cli_has():
+    """A command left out of console.COMMANDS would be taken for a script name."""
+    from entrypoint.cli import app
+    from entrypoint.console import COMMANDS, HIDDEN_COMMANDS
+
+    cli = {c.name or c.callback.__name__ for c in app.registered_commands} | {g.name for g in app.registered_groups}
+    assert cli == {c for c in COMMANDS if not c.startswith("-")} | set(HIDDEN_COMMANDS), cli

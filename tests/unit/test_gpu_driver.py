@@ -1,9 +1,9 @@
-"""doctor's GPU section (entrypoint/hostcheck.py) from what nvidia-smi and the kernel module print, as read on a
+"""doctor's GPU section (entrypoint/tools/hostcheck.py) from what nvidia-smi and the kernel module print, as read on a
 real H100 node (tests/gpu/ checks the same against a real driver where one is lent)."""
 
 import stat
 
-from entrypoint.hostcheck import driver_lines, kernel_driver_version, nvidia_gpus, parse_gpu_query
+from entrypoint.tools.hostcheck import driver_lines, kernel_driver_version, nvidia_gpus, parse_gpu_query
 
 H100 = "0, NVIDIA H100 80GB HBM3, 00000000:00:06.0, 580.159.04, 81559, 9.0\n"
 PROC = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  "

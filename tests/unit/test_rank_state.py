@@ -1,4 +1,4 @@
-"""Each rank's own non-trainable state beside a mid-epoch checkpoint (entrypoint/rank_state.py): given back to
+"""Each rank's own non-trainable state beside a mid-epoch checkpoint (entrypoint/fit/rank_state.py): given back to
 the rank that wrote it, averaged over the ranks that wrote it when the run resumes on another number of ranks,
 private, and only the newest positions kept."""
 
@@ -7,7 +7,7 @@ import stat
 
 import numpy as np
 
-from entrypoint import rank_state
+from entrypoint.fit import rank_state
 
 
 def restored(state_dir, position, rank, size):

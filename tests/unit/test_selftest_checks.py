@@ -1,9 +1,9 @@
-"""The selftest's judgements (entrypoint/selftest.py), fed what ranks and tools report: a check passes only on
+"""The selftest's judgements (entrypoint/tools/selftest.py), fed what ranks and tools report: a check passes only on
 evidence, fails with the reason, and skips what cannot run here."""
 
 from pathlib import Path
 
-from entrypoint.selftest import (
+from entrypoint.tools.selftest import (
     collective_used,
     driver_row,
     gpu_rows,
@@ -97,7 +97,7 @@ def test_the_verdict_fails_on_any_failed_row():
 
 
 def test_the_all_reduce_across_nodes_is_compared_with_the_link(tmp_path):
-    from entrypoint.selftest import interconnect_row
+    from entrypoint.tools.selftest import interconnect_row
 
     ranks = [{**RANK, "allreduce_busbw_gbs": 9.0, "allreduce_mib": 64}, {**RANK, "rank": 1, "host": "n2",
                                                                          "allreduce_busbw_gbs": 9.0}]

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from entrypoint import stalls
+from entrypoint.fit import stalls
 from entrypoint.plan import detect
 
 

@@ -7,7 +7,7 @@ import importlib
 import numpy as np
 import pytest
 
-from entrypoint import stalls, steps, stopping
+from entrypoint.fit import stalls, steps, stopping
 from entrypoint.plan import detect
 
 FAMILIES = ["keras", "tf_keras"]

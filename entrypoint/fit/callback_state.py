@@ -51,7 +51,7 @@ def snapshot(callbacks: list) -> list[dict]:
 
 
 def write(checkpoint_prefix: str, callbacks: list) -> None:
-    from .runs import write_private_json
+    from ..runs import write_private_json
 
     state = snapshot(callbacks)
     if state:

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..compat.keras3_horovod import tf_variables
+from ..log import get as log
 from . import rank_state
-from .compat.keras3_horovod import tf_variables
-from .log import get as log
 
 MOVING_STATISTICS = ("moving_mean", "moving_variance")  # BatchNormalization's, in tf_keras and Keras 3
 

@@ -20,9 +20,9 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from . import workdirs
-from .errors import EXIT_BUILD_FAILED, ConfigError, DistrainError, EnvironmentProblem
-from .workdirs import WorkDir
+from .. import workdirs
+from ..errors import EXIT_BUILD_FAILED, ConfigError, DistrainError, EnvironmentProblem
+from ..workdirs import WorkDir
 
 CACHE_VARS = {"APPTAINER_CACHEDIR": "cache", "APPTAINER_TMPDIR": "tmp", "APPTAINER_CONFIGDIR": "config"}
 

@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .engines import Engine
+from ..engines import Engine
 
 MODELS = {"small_cnn": (32, 10), "resnet50": (224, 1000)}  # default image size, classes
 
@@ -67,11 +67,11 @@ def _model(keras: Any, name: str, size: int, classes: int) -> Any:
 
 def run_bench(engine: Engine, config: BenchConfig, baseline: dict | None = None) -> BenchResult:
     """Train on synthetic data for warmup + steps; time each step after the warm-up on every rank."""
-    from .runtime import STATE
+    from ..runtime import STATE
 
     tf, keras = STATE.tf, STATE.keras
     if config.model not in MODELS:
-        from .errors import ConfigError
+        from ..errors import ConfigError
 
         raise ConfigError(f"unknown model {config.model!r}: use one of {', '.join(MODELS)}")
     size, classes = MODELS[config.model]

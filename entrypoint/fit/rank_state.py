@@ -93,7 +93,7 @@ def local_values(variables: list, tf: Any, mwm: bool) -> list[np.ndarray]:
     local copy (compat/adopt.local_reads), as the chief's checkpoint write does."""
     if not mwm:
         return [v.numpy() for v in variables]
-    from .compat.adopt import local_reads
+    from ..compat.adopt import local_reads
 
     with local_reads(tf):
         return [tf.identity(v).numpy() for v in variables]

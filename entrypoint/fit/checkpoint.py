@@ -23,12 +23,13 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from . import callback_state, runs, workdirs
-from .engines import Engine
-from .errors import EXIT_PREEMPTED, DistrainError, EnvironmentProblem
-from .log import get as log
-from .plan import Plan
-from .runs import checkpoint_number, newest_checkpoint
+from .. import runs, workdirs
+from ..engines import Engine
+from ..errors import EXIT_PREEMPTED, DistrainError, EnvironmentProblem
+from ..log import get as log
+from ..plan import Plan
+from ..runs import checkpoint_number, newest_checkpoint
+from . import callback_state
 
 
 def _temp_sibling(path: str, tag: str) -> str:
@@ -110,7 +111,7 @@ def _local_reads(plan: Plan) -> Any:
         return contextlib.nullcontext()
     import tensorflow as tf
 
-    from .compat.adopt import local_reads
+    from ..compat.adopt import local_reads
 
     return local_reads(tf)
 

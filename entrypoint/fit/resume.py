@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from . import batches, runs
+from .. import runs
+from . import batches
 
 
 @dataclass(frozen=True)

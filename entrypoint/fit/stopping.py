@@ -21,10 +21,12 @@ import signal
 import time
 from typing import Any
 
-from . import runs
-from .errors import EXIT_PREEMPTED, DistrainError
-from .log import get as log
-from .plan import Plan
+from .. import runs
+from ..errors import EXIT_PREEMPTED, DistrainError
+from ..log import get as log
+from ..plan import Plan
+
+CHIEF_CHECKPOINT_WAIT_SECONDS = 5.0  # how long the other ranks wait for the chief's stop checkpoint to appear
 
 
 class Preempted(DistrainError):
@@ -164,7 +166,7 @@ def _newest_number(plan: Plan) -> int:
     return runs.checkpoint_number(newest) if newest else 0
 
 
-def _wait_for_chief_checkpoint(plan: Plan, before: int, timeout: float = 5.0) -> None:
+def _wait_for_chief_checkpoint(plan: Plan, before: int, timeout: float = CHIEF_CHECKPOINT_WAIT_SECONDS) -> None:
     """A worker that leaves as soon as the stop is agreed can take the chief's last collective with it: TensorFlow's
     ring pulls each chunk from its sender (RecvBuf), so the chief, still receiving the stop check's result, fails
     with "Socket closed" and a lost worker (seen on TensorFlow 2.21). The others leave once the chief's checkpoint

@@ -24,7 +24,7 @@ import shutil
 from collections.abc import Callable
 from typing import Any
 
-from . import runs, workdirs
+from .. import runs, workdirs
 
 FINISHED = "finished"  # <stage dir>/finished/: the end state of a fit that completed
 

@@ -23,8 +23,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
+from ..plan import PROXY_VARS
 from . import hostcheck
-from .plan import PROXY_VARS
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "selftest_train.py")
 PASS, FAIL, SKIP = "pass", "fail", "skip"

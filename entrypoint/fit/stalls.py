@@ -37,13 +37,16 @@ import time
 from collections import deque
 from typing import Any
 
-from . import endings
-from .errors import EXIT_WORKER_FAILED
-from .plan import Plan
-from .runs import write_private_json
+from .. import endings
+from ..errors import EXIT_WORKER_FAILED
+from ..plan import Plan
+from ..runs import write_private_json
+
+PEERS_REPORT_WAIT_SECONDS = 10.0  # how long a stalled rank waits for the others' notes before it names the stuck
 
 _LIBRARY_ROOTS = tuple({os.path.realpath(p) for p in (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
-                                                      sysconfig.get_paths()["platlib"], os.path.dirname(__file__))})
+                                                      sysconfig.get_paths()["platlib"],
+                                                      os.path.dirname(os.path.dirname(__file__)))})  # all of distrain
 
 
 def _is_library(filename: str) -> bool:
@@ -182,7 +185,7 @@ def _report_and_exit(plan: Plan, progress: Progress, waited: float) -> None:
     os._exit(EXIT_WORKER_FAILED)
 
 
-def _share(plan: Plan, mine: dict, wait: float = 10.0) -> list[dict]:
+def _share(plan: Plan, mine: dict, wait: float = PEERS_REPORT_WAIT_SECONDS) -> list[dict]:
     """Leave this rank's finding in the run's state dir and collect the others' (all ranks stall together)."""
     if not plan.checkpoint_dir or plan.size == 1:
         return [mine]

@@ -93,7 +93,7 @@ def gpu_speeds() -> dict:
     measured one after the other in this process on this rank's GPU."""
     if rank != 0 or not tf.config.list_physical_devices("GPU") or size > 1:
         return {}
-    from entrypoint import bench
+    from entrypoint.tools import bench
 
     engine = distrain._engine()
     speeds = {}

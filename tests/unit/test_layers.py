@@ -1,0 +1,97 @@
+"""The package's layers, bottom to top: a module imports only from its own layer or below, and no two modules
+import each other, directly or around a circle (function-level imports count too)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from helpers import ROOT
+
+PACKAGE = ROOT / "entrypoint"
+LAYERS = [  # bottom to top; a module's layer is that of the longest prefix naming it
+    ("base", ["errors", "log"]),
+    ("decision", ["workdirs", "slurm", "runs", "ports", "plan", "devices", "peers", "endings"]),
+    ("setup", ["engines", "compat", "runtime"]),
+    ("inside fit", ["fit"]),
+    ("the run", ["runner", "restarts", "launcher"]),
+    ("commands and tools", ["commands", "runs_view", "tools"]),
+    ("entry", ["__init__", "console", "cli", "__main__"]),
+]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" and len(parts) > 1 else parts)
+
+
+def imports(path: Path, modules: set[str]) -> set[str]:
+    """The package's modules `path` imports, anywhere in it."""
+    name = module_name(path)
+    package = name.split(".")[:-1] if path.name != "__init__.py" else name.split(".") if name != "__init__" else []
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
+                target = ".".join(base + ([node.module] if node.module else []))
+            elif node.module and node.module.startswith("entrypoint"):
+                target = node.module.removeprefix("entrypoint").lstrip(".")
+            else:
+                continue
+            for alias in node.names:
+                sub = f"{target}.{alias.name}" if target else alias.name
+                found.add(sub if sub in modules else target or "__init__")
+        elif isinstance(node, ast.Import):
+            found |= {a.name.removeprefix("entrypoint.") for a in node.names if a.name.startswith("entrypoint.")}
+    return {m for m in found if m in modules and m != name}
+
+
+def layer(module: str) -> int:
+    best = max(((len(prefix), index) for index, (_, prefixes) in enumerate(LAYERS) for prefix in prefixes
+                if module == prefix or module.startswith(prefix + ".")), default=None)
+    assert best is not None, f"entrypoint.{module} is in no layer: add it to LAYERS"
+    return best[1]
+
+
+def violations(graph: dict[str, set[str]]) -> list[str]:
+    """Upward imports and import circles."""
+    found = [f"{a} ({LAYERS[layer(a)][0]}) imports {b} ({LAYERS[layer(b)][0]}): upward" for a in sorted(graph)
+             for b in sorted(graph[a]) if layer(b) > layer(a)]
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                found.append("circle: " + " -> ".join(path[path.index(nxt):] + [node, nxt]))
+            elif not state.get(nxt):
+                visit(nxt, path + [node] if nxt not in path else path)
+        state[node] = 2
+
+    for node in sorted(graph):
+        if not state.get(node):
+            visit(node, [])
+    return found
+
+
+def package_graph() -> dict[str, set[str]]:
+    files = [p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts]
+    modules = {module_name(p) for p in files}
+    return {module_name(p): imports(p, modules) for p in files}
+
+
+def test_the_package_imports_only_downward_and_in_no_circle():
+    graph = package_graph()
+    assert {"plan", "runner", "fit.checkpoint", "tools.selftest", "cli"} <= set(graph)
+    assert "runs" in graph["plan"] and "commands" in graph["cli"]  # the graph is really read
+    assert violations(graph) == []
+
+
+def test_the_check_finds_an_upward_import_and_a_circle_negative_control():
+    graph = package_graph()
+    graph["plan"] = graph["plan"] | {"runner"}  # a decision that reaches up into the run
+    graph["commands"] = graph["commands"] | {"console"}  # console -> commands -> console
+    found = violations(graph)
+    assert any(v.startswith("plan (decision) imports runner (the run): upward") for v in found), found
+    assert any(v.startswith("circle:") and "console" in v for v in found), found
