@@ -67,8 +67,7 @@ def scale_lr(lr: float, warmup_epochs: int = 0) -> Any:
     Returns a float, or (with warm-up) a dict {"lr": target, "callback": keras callback} to pass to fit.
     """
     engine = _engine()
-    replicas = engine.size if engine.hvd is not None else strategy().num_replicas_in_sync
-    target = lr * replicas
+    target = lr * engine.replicas
     if not warmup_epochs:
         return target
     from .runtime import STATE

@@ -109,13 +109,13 @@ def _resume_note(plan: Plan) -> str | None:
     why = problem(plan.checkpoint_workdir)
     if why:
         return f"checkpoint: not used, {why}"
-    from .runs import describe, newest_checkpoint, resume_point, stage_dir
+    from .runs import chief_dir, describe, newest_checkpoint, resume_point, stage_dir
 
     point = resume_point(plan.checkpoint_dir)
     if point is None:
         return None
     stage, position = point
-    newest = newest_checkpoint(os.path.join(stage_dir(plan.checkpoint_dir, stage), "chief"))
+    newest = newest_checkpoint(chief_dir(stage_dir(plan.checkpoint_dir, stage)))
     if not plan.resume:
         return f"resume: no, DISTRAIN_RESUME=0 (the checkpoint {newest} will be removed)"
     at = f" at {describe(**position, stage=stage)}" if position else ""
@@ -367,7 +367,7 @@ def bench(
 
     plan = detect(os.environ)
     runtime.apply_checks(plan)
-    log.configure(plan.prefix)
+    log.configure(plan.line_prefix)
     log.quiet_native_logs(plan.verbose)
     engine = runtime.setup(plan)
     base = bench_mod.read_json(baseline) if baseline else None

@@ -80,7 +80,7 @@ def run_script_command(script: str, args: list[str]) -> None:
     plan = detect(os.environ, script=path, argv=args)
     runtime.apply_checks(plan)
     runtime.STATE.plan = plan
-    logger = log.configure(plan.prefix)
+    logger = log.configure(plan.line_prefix)
     if plan.checkpoint_workdir:
         from . import runs
         from .fit.checkpoint import check_writable
@@ -124,10 +124,9 @@ def run_script_command(script: str, args: list[str]) -> None:
         ignore_stop_signals()  # the run has failed: a TERM now (horovodrun, srun ending the job) must not cut
         peers = engine.peers if engine else ()  # this report short or claim a stop it cannot checkpoint
         lost = lost_peer(exc, plan, peers)
-        if lost:  # not the script's fault: another worker died under it. Exit now: the collectives are broken
-            ending.record(EXIT_WORKER_FAILED, lost)
-            prefix = "" if os.environ.get("DISTRAIN_LAUNCHER") else f"{plan.prefix} "  # which survivor, in a job log
-            sys.stderr.write(f"{prefix}distrain: error: {lost}\n")  # and interpreter teardown can hang in them
+        if lost:  # not the script's fault: another worker died under it. Exit now: the collectives are broken, and
+            ending.record(EXIT_WORKER_FAILED, lost)  # interpreter teardown can hang in them
+            sys.stderr.write(f"{plan.line_prefix}distrain: error: {lost}\n")  # which survivor, in a job log
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(EXIT_WORKER_FAILED)

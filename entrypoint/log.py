@@ -10,11 +10,10 @@ _LOGGER = logging.getLogger("distrain")
 
 
 def configure(prefix: str) -> logging.Logger:
-    """Send distrain's messages to stderr as '[rank/size] distrain: message'."""
+    """Send distrain's messages to stderr as '<prefix>distrain: message' (the Plan's `line_prefix`: '[rank/size] ',
+    or nothing under `distrain launch`)."""
     _LOGGER.handlers.clear()
     handler = logging.StreamHandler(sys.stderr)
-    # under `distrain launch` the launcher already prefixes every line of the worker's output
-    prefix = "" if os.environ.get("DISTRAIN_LAUNCHER") else f"{prefix} "
     handler.setFormatter(logging.Formatter(f"{prefix}distrain: %(message)s"))
     _LOGGER.addHandler(handler)
     _LOGGER.setLevel(logging.INFO)

@@ -86,6 +86,21 @@ class Plan:
         """The log prefix of this process: [rank/size]."""
         return f"[{self.rank}/{self.size}]"
 
+    @property
+    def replicas(self) -> int:
+        """The replicas the engine will have, known before TensorFlow loads (Engine.replicas once it is built)."""
+        if self.mode == "mwm":
+            return self.size * max(1, len(self.devices))
+        if self.mode == "mirrored":
+            return max(1, len(self.devices))
+        return self.size if self.mode == "horovod" else 1
+
+    @property
+    def line_prefix(self) -> str:
+        """What starts this process's own lines: its prefix, except under `distrain launch`, whose launcher already
+        prefixes every line of a worker's output."""
+        return "" if self.launcher == "distrain launch" else f"{self.prefix} "
+
     def to_dict(self) -> dict:
         data = asdict(self)
         data["is_chief"] = self.is_chief

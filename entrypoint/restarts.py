@@ -161,7 +161,7 @@ class RunOfLaunch:
         if point is None:
             return "from the start (no checkpoint yet)"
         stage, position = point
-        newest = runs.newest_checkpoint(os.path.join(runs.stage_dir(self.state_dir, stage), "chief"))
+        newest = runs.newest_checkpoint(runs.chief_dir(runs.stage_dir(self.state_dir, stage)))
         at = f" at {runs.describe(**position, stage=stage)}" if position else ""
         written = [os.path.getmtime(p) for p in glob.glob(f"{newest}.*")] if newest else []
         lost = f" (lost: the work since it, {_duration(time.time() - max(written))})" if written else ""

@@ -87,7 +87,7 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
             after.append(backup)
         stop = stopping.make_callback(stage, keras, tf, engine, backup)
         after.append(stop)
-        configure_log(f"[{engine.rank}/{engine.size}]")  # the ranks now: Horovod elastic renumbers them in a reset
+        configure_log(f"[{engine.rank}/{engine.size}] ")  # the ranks now: Horovod elastic renumbers them in a reset
         watch = stalls.make_callback(plan, keras)
         timed_backup = [backup.step_ended] if hasattr(backup, "step_ended") else []  # DISTRAIN_CHECKPOINT_EVERY
         step_ends = steps.StepEnds([watch.step_ended, *timed_backup, stop.step_ended])  # no batch callback
@@ -214,9 +214,9 @@ def _position_input(engine: Engine, plan: Any, model: Any, arguments: dict,
                                                                                           user_callbacks):
         return None  # each rank reads its own data, as the script chose: nothing shared to position
     rank, size = (engine.rank, engine.size) if engine.hvd is not None else (0, 1)
-    replicas = engine.strategy.num_replicas_in_sync if engine.strategy is not None else size
     return resume.position_input(arguments, keras_family=plan.keras, checkpoint_dir=plan.checkpoint_dir,
-                                 rank=rank, size=size, replicas=replicas, note=lambda line: _note_input(engine, line))
+                                 rank=rank, size=size, replicas=engine.replicas,
+                                 note=lambda line: _note_input(engine, line))
 
 
 def _adopt_horovod_tensorflow_api(engine: Engine) -> None:

@@ -29,6 +29,7 @@ from .errors import ConfigError
 
 IDENTITY_FILE = "run.json"
 POSITION_SUFFIX = ".position"  # ckpt-N.position beside each checkpoint: where a resume from it starts
+CHIEF_DIR = "chief"  # <stage>/chief/: the chief's checkpoints (ckpt-N.*), the only rank that writes them
 STAGE_PREFIX = "fit-"  # fit-<K>/: the checkpoints of the script's K-th fit (the first fit's are in the run dir)
 
 
@@ -90,6 +91,11 @@ def _lock(directory: str, rank: int) -> None:
     _LOCKS[path] = fd
 
 
+def chief_dir(state_dir: str) -> str:
+    """Where the chief's checkpoints of a fit's state directory are."""
+    return os.path.join(state_dir, CHIEF_DIR)
+
+
 def stage_dir(run_dir: str, stage: int) -> str:
     """Where fit number `stage` of the script (1-based, in call order) keeps its checkpoints: a fine-tuning script's
     second fit never resumes from the first one's, nor the first from the second's. The first fit's is the run
@@ -103,7 +109,7 @@ def resume_point(run_dir: str) -> tuple[int, dict | None] | None:
                                           for d in glob.glob(os.path.join(run_dir, f"{STAGE_PREFIX}*"))) if m]
     for stage in sorted(stages, reverse=True):
         directory = stage_dir(run_dir, stage)
-        if newest_checkpoint(os.path.join(directory, "chief")):
+        if newest_checkpoint(chief_dir(directory)):
             return stage, read_position(directory)
     return None
 
@@ -124,7 +130,7 @@ def newest_checkpoint(directory: str) -> str | None:
 def read_position(state_dir: str) -> dict | None:
     """{'epoch': E, 'step': S} of the newest complete checkpoint (E epochs done, S steps into the next), or None
     when it records none. Read from the checkpoint's own record: one set aside as unreadable takes it along."""
-    prefix = newest_checkpoint(os.path.join(state_dir, "chief"))
+    prefix = newest_checkpoint(chief_dir(state_dir))
     if prefix is None:
         return None
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
@@ -154,7 +160,7 @@ def _recorded(state_dir: str) -> dict | None:
 
 
 def _has_state(state_dir: str) -> bool:
-    chief = os.path.join(state_dir, "chief")
+    chief = chief_dir(state_dir)
     return resume_point(state_dir) is not None or (os.path.isdir(chief) and bool(os.listdir(chief)))
 
 
@@ -177,7 +183,7 @@ def open_run(state_dir: str, run: RunIdentity, rank: int, command: Sequence[str]
             "or set DISTRAIN_RESUME=0 to start over there")
     if rank == 0:
         if not resume:  # the checkpoints, each rank's own state beside them (rank_state.py), the later fits'
-            for kept in ("chief", "ranks", *map(os.path.basename, glob.glob(os.path.join(state_dir, "fit-*")))):
+            for kept in (CHIEF_DIR, "ranks", *map(os.path.basename, glob.glob(os.path.join(state_dir, "fit-*")))):
                 shutil.rmtree(os.path.join(state_dir, kept), ignore_errors=True)
         write_private_json(os.path.join(state_dir, IDENTITY_FILE),
                             {"name": run.name, "key": run.key, "command": list(command), **(about or {})})

@@ -82,7 +82,8 @@ def _size(directory: str) -> int:
 
 
 def _last_checkpoint(directory: str) -> float | None:
-    found = [os.path.getmtime(p) for p in glob.glob(os.path.join(directory, "**", "chief", "ckpt-*"), recursive=True)]
+    pattern = os.path.join(directory, "**", runs.CHIEF_DIR, "ckpt-*")
+    found = [os.path.getmtime(p) for p in glob.glob(pattern, recursive=True)]
     return max(found) if found else None
 
 

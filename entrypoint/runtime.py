@@ -68,7 +68,7 @@ def setup(plan: Plan | None = None) -> Engine:
     STATE.phases["plan"] = time.time()
     plan = plan or current_plan()
     STATE.plan = plan
-    log.configure(plan.prefix)
+    log.configure(plan.line_prefix)
     apply_environment(plan)
     if plan.keras == "legacy":
         from .compat.tf_keras_alias import alias_keras_to_tf_keras
@@ -83,8 +83,7 @@ def setup(plan: Plan | None = None) -> Engine:
     import tensorflow as tf
 
     STATE.phases["tensorflow"] = time.time()
-    replicas = plan.size if plan.mode == "mwm" else len(plan.devices) if plan.mode == "mirrored" else 1
-    if plan.keras == "keras3" and replicas > 1:
+    if plan.keras == "keras3" and plan.mode in ("mwm", "mirrored") and plan.replicas > 1:  # a strategy's replicas
         from .compat import keras3_mwm
 
         fixes = keras3_mwm.apply(tf)

@@ -29,6 +29,13 @@ class Engine:
     def local_rank(self) -> int:
         return int(self.hvd.local_rank()) if self.hvd else self.plan.local_rank
 
+    @property
+    def replicas(self) -> int:
+        """How many replicas share each global batch: the strategy's, Horovod's ranks, or 1."""
+        if self.strategy is not None:
+            return int(self.strategy.num_replicas_in_sync)
+        return self.size if self.hvd else 1
+
 
 def build(plan: Plan, tf) -> Engine:  # noqa: ANN001 - the tensorflow module
     if plan.mode == "horovod":

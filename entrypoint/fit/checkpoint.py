@@ -173,7 +173,7 @@ def make_backup_callback(plan: Plan, keras: Any, stage: int = 1, script_callback
                 return
             if self._batch_begun is not None:
                 self._training_state._ckpt_saved_batch.assign(self._batch_begun)  # as tf_keras' own hook left it
-            chief_dir = os.path.join(self.backup_dir, "chief")
+            chief_dir = runs.chief_dir(self.backup_dir)
             with _local_reads(plan):
                 self.written = _write_guarded(lambda: super(Backup, self)._backup(epoch=epoch, batch=batch),
                                               chief_dir)
@@ -184,7 +184,7 @@ def make_backup_callback(plan: Plan, keras: Any, stage: int = 1, script_callback
                 workdirs.make_tree_private(self.backup_dir)  # TensorFlow writes with the umask: make it 0600/0700
 
         def _restore_guarded(self, begin: Callable[..., Any]) -> None:
-            chief_dir = os.path.join(self.backup_dir, "chief")
+            chief_dir = runs.chief_dir(self.backup_dir)
             while True:
                 try:
                     begin()
@@ -234,7 +234,7 @@ def _keras3_backup(plan: Plan, keras: Any, stage: int, script_callbacks: tuple) 
     `<dir>/chief/ckpt-N.weights.h5` (weights and optimizer state) + `ckpt-N.json` (epochs done), written by the
     chief only (temp + rename), the last two kept, an unreadable newest one moved aside. Resume is at an epoch
     start: with DISTRAIN_CHECKPOINT_EVERY, an interrupted epoch restarts with its partial progress."""
-    chief_dir = os.path.join(plan.checkpoint_dir, "chief")
+    chief_dir = runs.chief_dir(plan.checkpoint_dir)
 
     class Keras3Backup(keras.callbacks.Callback):
         def __init__(self) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -49,7 +48,7 @@ def position_input(arguments: dict, *, keras_family: str, checkpoint_dir: str, r
     every global batch (zero-code Horovod), else 0/1; replicas: how many replicas each global batch feeds."""
     saved = saved_position(checkpoint_dir)
     why_not = _why_not_positionable(arguments, keras_family, replicas)
-    if saved is None and runs.newest_checkpoint(os.path.join(checkpoint_dir, "chief")):
+    if saved is None and runs.newest_checkpoint(runs.chief_dir(checkpoint_dir)):
         why_not = why_not or "the checkpoint records no position (an older distrain wrote it)"
     if why_not:
         note(f"{why_not}: a stop resumes at the start of the interrupted epoch, with its partial progress")
@@ -84,7 +83,7 @@ def build_before_restore(model: Any, arguments: dict, checkpoint_dir: str) -> No
     be restored into before that batch: Keras 3.3's load_weights refuses, and tf_keras defers the restore into the
     first step, where no rank's own state (sync.py) can follow it. Built from the input's spec first, only where
     a checkpoint will be restored: its weights replace the ones built."""
-    if runs.newest_checkpoint(os.path.join(checkpoint_dir, "chief")):
+    if runs.newest_checkpoint(runs.chief_dir(checkpoint_dir)):
         build_from_input(model, arguments)
 
 

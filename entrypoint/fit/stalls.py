@@ -152,7 +152,7 @@ def _watch(plan: Plan, progress: Progress, floor: float, pause: float) -> None:
 def _report_and_exit(plan: Plan, progress: Progress, waited: float) -> None:
     """Stacks of every thread, prefixed with the rank; where the script is stuck, shared with the other ranks;
     one last line naming the stuck rank(s); exit 4."""
-    prefix = "" if os.environ.get("DISTRAIN_LAUNCHER") else f"{plan.prefix} "
+    prefix = plan.line_prefix
     where = stuck_in_user_code({threading.get_ident()})
     with tempfile.TemporaryFile() as dump:
         faulthandler.dump_traceback(file=dump, all_threads=True)

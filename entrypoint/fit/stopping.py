@@ -16,7 +16,6 @@ distrain: nothing of distrain's is half-done there. A second Ctrl-C interrupts a
 from __future__ import annotations
 
 import math
-import os
 import signal
 import time
 from typing import Any
@@ -162,7 +161,7 @@ def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Any) -> 
 
 
 def _newest_number(plan: Plan) -> int:
-    newest = runs.newest_checkpoint(os.path.join(plan.checkpoint_dir, "chief"))
+    newest = runs.newest_checkpoint(runs.chief_dir(plan.checkpoint_dir))
     return runs.checkpoint_number(newest) if newest else 0
 
 
