@@ -74,16 +74,18 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
                 resume.build_from_input(self, args_)
                 return stages.restore(stage.checkpoint_dir, finished, self, keras, engine.rank)
         before, after = _horovod_callbacks(engine, keras, user), []
-        average = sync.make_callback(keras, tf, engine, stage) if engine.size > 1 else None
+        broadcasts = tuple(c for c in before + user if hasattr(c, "register_local_var")) if engine.hvd else ()
+        average = sync.make_callback(keras, tf, engine, stage, broadcasts) if engine.size > 1 else None
         if average is not None:  # identical BN statistics on every rank; before Horovod's broadcast callbacks,
             before.insert(0, average)  # to keep that state out of them (sync.py)
-        backup = None
+        backup = position = None
         if stage.checkpoint_dir and not own_backup:
-            backup = checkpoint.make_backup_callback(stage, keras, stage_number, tuple(user))
+            position = _position_input(engine, stage, self, args_, user)
+            own = (average.save_own, average.restore_own) if average is not None else (None, None)
+            backup = checkpoint.make_backup_callback(stage, keras, stage_number, tuple(user),
+                                                     checkpoint.BackupHooks(position, *own))
             for lost in callback_state.not_restorable(user):
                 _say(engine, f"a resume cannot give back {lost}: they are those of the epochs since it")
-            if average is not None:
-                backup.before_write, backup.after_restore = average.save_own, average.restore_own
             after.append(backup)
         stop = stopping.make_callback(stage, keras, tf, engine, backup)
         after.append(stop)
@@ -93,11 +95,6 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
         step_ends = steps.StepEnds([watch.step_ended, *timed_backup, stop.step_ended])  # no batch callback
         # first of all: an epoch's end is a pause for the stall watchdog before the script's callbacks run
         args_["callbacks"] = [steps.make_callback(keras, step_ends), watch, *before, *user, *after]
-        if average is not None and engine.hvd is not None:
-            average.broadcasts = [c for c in args_["callbacks"] if hasattr(c, "register_local_var")]
-        position = _position_input(engine, stage, self, args_, user) if backup is not None else None
-        if backup is not None:
-            backup.exact, backup.expected = position is not None, position
         _adapt_input(engine, keras, self, args_, user)
         if backup is not None:
             resume.build_before_restore(self, args_, stage.checkpoint_dir)

@@ -21,6 +21,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from .. import runs, workdirs
@@ -116,15 +117,37 @@ def _local_reads(plan: Plan) -> Any:
     return local_reads(tf)
 
 
-def make_backup_callback(plan: Plan, keras: Any, stage: int = 1, script_callbacks: tuple = ()) -> Any:
+@dataclass(frozen=True)
+class BackupHooks:
+    """What the fit hook gives a backup when it builds it: where the resume is expected to start (the positioned
+    input, resume.py; None: not positioned, so no exact resume) and each rank's own state to keep before a
+    mid-epoch write and give back after a restore (sync.py, rank_state.py)."""
+    expected: Any = None
+    before_write: Callable[[tuple[int, int]], None] | None = None
+    after_restore: Callable[[tuple[int, int]], None] | None = None
+
+    @property
+    def exact(self) -> bool:
+        return self.expected is not None
+
+
+def make_backup_callback(plan: Plan, keras: Any, stage: int = 1, script_callbacks: tuple = (),
+                         hooks: BackupHooks = BackupHooks()) -> Any:
     """A backup-and-restore callback for this plan (built lazily: it needs the Keras module setup chose), for the
     script's fit number `stage`, whose checkpoints are in plan.checkpoint_dir (runner.py: runs.stage_dir); the
-    counters of `script_callbacks` go with every checkpoint (callback_state.py)."""
+    counters of `script_callbacks` go with every checkpoint (callback_state.py); `hooks`: what the fit hook knows
+    when it builds it."""
     if plan.keras == "keras3":
-        return _keras3_backup(plan, keras, stage, script_callbacks)
+        return _keras3_backup(plan, keras, stage, script_callbacks, hooks)
 
     class Backup(keras.callbacks.BackupAndRestore):
         """BackupAndRestore that survives a corrupt newest checkpoint and is written by the chief alone."""
+
+        def __init__(self) -> None:
+            super().__init__(backup_dir=plan.checkpoint_dir, save_freq=plan.checkpoint_every or "epoch")
+            self._position, self.written, self._averaged = (0, 0), False, False
+            self.exact, self.expected = hooks.exact, hooks.expected
+            self.before_write, self.after_restore = hooks.before_write, hooks.after_restore
 
         def on_train_begin(self, logs: Any = None) -> None:
             self._batch_begun: int | None = None
@@ -221,14 +244,10 @@ def make_backup_callback(plan: Plan, keras: Any, stage: int = 1, script_callback
                 where = runs.describe(*self._position, stage=stage)
             return where if self.written else None
 
-    save_freq: Any = plan.checkpoint_every or "epoch"
-    backup = Backup(backup_dir=plan.checkpoint_dir, save_freq=save_freq)
-    backup._position, backup.written, backup.exact, backup.expected = (0, 0), False, False, None
-    backup.before_write, backup.after_restore, backup._averaged = None, None, False
-    return backup
+    return Backup()
 
 
-def _keras3_backup(plan: Plan, keras: Any, stage: int, script_callbacks: tuple) -> Any:
+def _keras3_backup(plan: Plan, keras: Any, stage: int, script_callbacks: tuple, hooks: BackupHooks) -> Any:
     """distrain's backup-and-restore for Keras 3, whose own BackupAndRestore writes one file from every worker at
     once, not atomically, and keeps no older copy to fall back to. Same layout and rules as the tf_keras one:
     `<dir>/chief/ckpt-N.weights.h5` (weights and optimizer state) + `ckpt-N.json` (epochs done), written by the
@@ -244,11 +263,8 @@ def _keras3_backup(plan: Plan, keras: Any, stage: int, script_callbacks: tuple) 
             self._steps = 0  # steps trained in this fit
             self._last_batch = -1  # the last batch of the epoch in progress that a step ended at
             self._due = False  # DISTRAIN_CHECKPOINT_EVERY steps passed since the last timed checkpoint
-            self.exact = False
-            self.expected = None
-            # runner.py: sync.py's per-rank state, kept before a mid-epoch write and given back after a restore
-            self.before_write: Callable[[tuple[int, int]], None] | None = None
-            self.after_restore: Callable[[tuple[int, int]], None] | None = None
+            self.exact, self.expected = hooks.exact, hooks.expected
+            self.before_write, self.after_restore = hooks.before_write, hooks.after_restore
 
         def on_train_begin(self, logs: Any = None) -> None:
             while True:

@@ -30,7 +30,7 @@ from . import rank_state
 MOVING_STATISTICS = ("moving_mean", "moving_variance")  # BatchNormalization's, in tf_keras and Keras 3
 
 
-def make_callback(keras: Any, tf: Any, engine: Any, plan: Any) -> Any:
+def make_callback(keras: Any, tf: Any, engine: Any, plan: Any, broadcasts: tuple = ()) -> Any:
     """plan: this fit's (its checkpoint directory: runner._stage_plan)."""
     strategy = engine.strategy
 
@@ -62,7 +62,7 @@ def make_callback(keras: Any, tf: Any, engine: Any, plan: Any) -> Any:
             super().__init__()
             self._stepped = False  # an epoch began since the last average
             self._kept_out = False  # this state is registered with the broadcasts (Horovod)
-            self.broadcasts: list = []  # runner.py: this fit's Horovod broadcast callbacks (distrain's, the script's)
+            self.broadcasts = list(broadcasts)  # this fit's Horovod broadcast callbacks (distrain's, the script's)
 
         def on_train_begin(self, logs: Any = None) -> None:
             self._kept_out = False
