@@ -1,12 +1,13 @@
 """The README's quick start as a user runs it: from their own project directory, outside the checkout, with
 the job file's path, outputs on scratch, nothing under $HOME; a stopped job resumed by submitting it again."""
 
+import json
 import os
 import re
 import shutil
 import subprocess
 
-from helpers import ROOT, assert_trained_in_sync
+from helpers import DISTRAIN, ROOT, assert_trained_in_sync
 from slurm_jobs import cancel, quick_start_trained, run_quick_start, submitted, user, wait_for_text, wait_gone
 
 
@@ -27,16 +28,22 @@ def test_a_job_stopped_without_requeue_resumes_with_the_command_its_log_prints(s
                f"{ROOT}/jobs/mwm.job", "train.py", "--epochs", "12"]
     job_id = submitted(subprocess.run(command, cwd=project, env=env, capture_output=True, text=True))
     log = project / f"distrain-mwm-{job_id}.out"
+    runs = [DISTRAIN, "runs", "--json"]  # the user's output dir ($SCRATCH/distrain), as on the login node
     try:
         wait_for_text(log, "Epoch 3/")
+        running = json.loads(subprocess.run(runs, env=env, capture_output=True, text=True).stdout)
         subprocess.run(["scancel", "--signal=TERM", job_id], env=env, check=True)
         wait_gone(slurm, job_id, timeout=120)
     finally:
         cancel(slurm, job_id)
+    assert [(r["live"], r["state"].split(" on ")[0]) for r in running] == [(True, f"running as job {job_id}")], running
     text = log.read_text()
     assert "stopped on SIGTERM after saving a checkpoint" in text, text[-3000:]
     # the last line says exactly what to type: the job's own sbatch options and job name, from the submit dir
     resume = re.search(r"to resume, submit it again: (.+)", text).group(1)
+    stopped = json.loads(subprocess.run(runs, env=env, capture_output=True, text=True).stdout)
+    assert [(r["live"], r["state"].split(" (")[0][:10], r["resume"]) for r in stopped] == \
+        [(False, "stopped at", resume)], stopped  # distrain runs shows the same command
     # (--gres=gpu:2 as given is --gpus-per-task=1 of the header for its 2 tasks: the same GPUs)
     assert resume == f"cd {project} && sbatch --nodes=1 --ntasks-per-node=2 --gpus-per-task=1 --cpus-per-task=1 " \
         f"--partition=debug --time=01:00:00 --job-name=distrain-mwm {ROOT}/jobs/mwm.job {project}/train.py " \
