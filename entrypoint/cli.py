@@ -369,7 +369,7 @@ def bench(
     runtime.apply_checks(plan)
     log.configure(plan.line_prefix)
     log.quiet_native_logs(plan.verbose)
-    engine = runtime.setup(plan)
+    engine = runtime.setup(plan, checked=True)
     base = bench_mod.read_json(baseline) if baseline else None
     config = bench_mod.BenchConfig(model=model, batch_per_replica=batch_per_replica, steps=steps, warmup=warmup,
                                    image_size=image_size, xla=xla, mixed_precision=mixed_precision)

@@ -109,7 +109,7 @@ def run_script_command(script: str, args: list[str]) -> None:
     ending = _Ending(plan.checkpoint_dir, plan.rank, plan.size)
     engine = None
     try:
-        engine = runtime.setup(plan)
+        engine = runtime.setup(plan, checked=True)
         runner.run_script(path, args, engine)
     except SystemExit as exc:
         ending.record(exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1, "the script exited")

@@ -402,6 +402,186 @@ def _keras_family(env: Mapping[str, str], script: str | None, versions: Mapping[
     return "keras3", f"Keras {versions['keras']}: what `python train.py` gets with TensorFlow {tf or '?'}"
 
 
+@dataclass(frozen=True)
+class _World:
+    """Who this process is among the workers, and what started them."""
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+    local_size: int = 1
+    launcher: str = "none"
+    cluster: tuple[str, ...] = ()
+    tf_config: str | None = None  # the TF_CONFIG distrain writes for MWM under Slurm
+
+
+def _launch(env: Mapping[str, str], step_tasks: int) -> tuple[tuple | None, tuple | None]:
+    """Horovod/MPI launch variables, and those that are ambiguous: PMI variables in a multi-task srun step may
+    belong to MWM, so auto-detection does not take them for Horovod."""
+    launch = _launch_vars(env)
+    if launch and launch[0].startswith("PMI") and step_tasks > 1:
+        return None, launch
+    return launch, None
+
+
+def _mode(env: Mapping[str, str], gpus: tuple[str, ...], step_tasks: int, launch: tuple | None,
+          ambiguous: tuple | None) -> tuple[str, str]:
+    """The mode and why: DISTRAIN_MODE, else the first of Horovod's launch, TF_CONFIG, a multi-task Slurm step,
+    several GPUs; else single."""
+    requested = (env.get("DISTRAIN_MODE") or "auto").strip().lower()
+    if requested not in (*MODES, "auto"):
+        raise ConfigError(f"unknown DISTRAIN_MODE={requested!r}: use one of auto, {', '.join(MODES)}")
+    if requested != "auto":
+        return requested, f"DISTRAIN_MODE={requested}"
+    if launch:
+        return "horovod", f"launched by {launch[0]} ({launch[1]} set)"
+    if env.get("TF_CONFIG"):
+        return "mwm", "TF_CONFIG is set"
+    if step_tasks > 1:
+        too = f" ({ambiguous[0]} variables too: set DISTRAIN_MODE=horovod for Horovod)" if ambiguous else ""
+        return "mwm", f"Slurm step with {step_tasks} tasks{too}"
+    if len(gpus) > 1:
+        return "mirrored", f"{len(gpus)} GPUs visible to one process"
+    return "single", "one process, " + ("one GPU" if gpus else "no GPU")
+
+
+def _one_process_world(mode: str, gpus: tuple[str, ...], step_tasks: int, warnings: list[str]) -> _World:
+    if step_tasks > 1:
+        raise ConfigError(
+            f"DISTRAIN_MODE={mode} runs one process but this Slurm step has {step_tasks} tasks: "
+            "use --ntasks=1, or DISTRAIN_MODE=mwm / horovod"
+        )
+    if mode == "mirrored" and len(gpus) < 2:
+        warnings.append(f"mirrored mode with {len(gpus)} GPU(s): it will train on one device")
+    return _World(launcher="srun" if step_tasks else "none")
+
+
+def _mwm_world(env: Mapping[str, str], step_tasks: int, reasons: dict[str, str]) -> _World:
+    """The MWM cluster: TF_CONFIG as given, else built from the Slurm step (slurm.py)."""
+    reasons["rank"] = "task index in the cluster"
+    tf_config = env.get("TF_CONFIG")
+    if tf_config:
+        workers, rank = _parse_tf_config(tf_config)
+        host = workers[rank].rsplit(":", 1)[0]
+        same_host = [i for i, w in enumerate(workers) if w.rsplit(":", 1)[0] == host]
+        reasons["cluster"] = "from TF_CONFIG, used as is"
+        return _World(rank, len(workers), same_host.index(rank), len(same_host),
+                      "distrain launch" if env.get("DISTRAIN_LAUNCHER") else "TF_CONFIG", tuple(workers))
+    if step_tasks < 1:
+        raise ConfigError("DISTRAIN_MODE=mwm outside any cluster: run under srun with several tasks, use "
+                          "`distrain launch -n N`, or set TF_CONFIG")
+    step = slurm.read_step(env)
+    base = slurm.port_base(step, step.size, env.get("DISTRAIN_PORT_BASE"))
+    cluster = tuple(slurm.worker_addresses(step, base))
+    source = "DISTRAIN_PORT_BASE" if env.get("DISTRAIN_PORT_BASE") else f"job {step.job_id}.{step.step_id}"
+    reasons["cluster"] = f"Slurm {step.distribution} layout of {','.join(step.hosts)}; ports {base}+rank ({source})"
+    tf_config = json.dumps({"cluster": {"worker": list(cluster)}, "task": {"type": "worker", "index": step.rank}})
+    return _World(step.rank, step.size, step.local_id, step.tasks_per_node[step.node_id], "srun", cluster,
+                  tf_config)
+
+
+def _horovod_world(env: Mapping[str, str], step_tasks: int, source: tuple | None,
+                   reasons: dict[str, str]) -> _World:
+    """Horovod's ranks from its launcher's variables (horovodrun, mpirun, srun's PMI)."""
+    if not source:
+        if step_tasks > 1:
+            raise ConfigError("DISTRAIN_MODE=horovod in a Slurm step without MPI/PMI variables: launch with "
+                              "srun --mpi=pmix (see `srun --mpi=list`), or mpirun/horovodrun")
+        reasons["rank"] = "no MPI/Gloo launcher: one Horovod process"
+        return _World()
+    launcher, _, (rank, size, local_rank, local_size) = source
+    if local_size is None and step_tasks:
+        step = slurm.read_step(env)
+        local_size = step.tasks_per_node[step.node_id]
+    reasons["rank"] = f"from {launcher}'s variables; confirmed by hvd.rank() at start"
+    return _World(rank, size, local_rank, local_size or 1, launcher)
+
+
+def _world(env: Mapping[str, str], mode: str, gpus: tuple[str, ...], step_tasks: int, launch: tuple | None,
+           ambiguous: tuple | None, reasons: dict[str, str], warnings: list[str]) -> _World:
+    if mode in ("single", "mirrored"):
+        world = _one_process_world(mode, gpus, step_tasks, warnings)
+    elif mode == "mwm":
+        world = _mwm_world(env, step_tasks, reasons)
+    else:
+        world = _horovod_world(env, step_tasks, launch or ambiguous, reasons)
+    if not 0 <= world.rank < world.size:
+        raise ConfigError(f"rank {world.rank} is outside world size {world.size}: the launcher's variables disagree")
+    if not 0 <= world.local_rank < max(world.local_size, 1):
+        raise ConfigError(f"local rank {world.local_rank} is outside local size {world.local_size}")
+    return world
+
+
+def _collective(env: Mapping[str, str], mode: str) -> tuple[str, str, float | None]:
+    """The all-reduce (MWM, mirrored), why, and the seconds each collective may take."""
+    collective = (env.get("DISTRAIN_COLLECTIVE") or "auto").strip().lower()
+    if collective not in COLLECTIVES:
+        raise ConfigError(f"unknown DISTRAIN_COLLECTIVE={collective!r}: use auto, ring or nccl")
+    why = "DISTRAIN_COLLECTIVE" if env.get("DISTRAIN_COLLECTIVE") else "TensorFlow chooses"
+    if mode == "horovod":
+        why = "Horovod's own (NCCL/MPI/Gloo)"
+    timeout_raw = env.get("DISTRAIN_COLLECTIVE_TIMEOUT")
+    try:
+        timeout = float(timeout_raw) if timeout_raw else None
+    except ValueError:
+        raise ConfigError(f"DISTRAIN_COLLECTIVE_TIMEOUT={timeout_raw!r} is not a number of seconds") from None
+    return collective, why, timeout
+
+
+def _checkpointing(env: Mapping[str, str], mode: str, run: runs.RunIdentity,
+                   reasons: dict[str, str]) -> tuple[WorkDir | None, bool, bool]:
+    """The run's state directory (None: no checkpoints), the hooks, Horovod elastic."""
+    hooks = _flag(env, "DISTRAIN_HOOKS", default=True)
+    checkpoint, reasons["checkpoint"] = _checkpoint_dir(env, run)
+    if not hooks:
+        checkpoint, reasons["checkpoint"] = None, "off with the hooks (DISTRAIN_HOOKS=0)"
+    elastic, reasons["elastic"] = _horovod_elastic(env, mode)
+    if elastic:
+        checkpoint, reasons["checkpoint"] = None, (
+            "off under Horovod elastic: the script's hvd.elastic state rolls a reset back to its last commit, and "
+            "a checkpoint restored in the reset would overwrite it; a rerun resumes from what the script saves")
+    reasons["hooks"] = "DISTRAIN_HOOKS" if env.get("DISTRAIN_HOOKS") else "default: the script runs unchanged"
+    return checkpoint, hooks, elastic
+
+
+def _environment_effects(env: Mapping[str, str], mode: str, keras: str, devices: tuple[str, ...],
+                         gpus: tuple[str, ...], world: _World, keras_home: str | None,
+                         reasons: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """What setup sets and unsets in the environment before TensorFlow loads."""
+    env_set: dict[str, str] = {}
+    if keras == "legacy":
+        env_set["TF_USE_LEGACY_KERAS"] = "1"
+    if world.tf_config:
+        env_set["TF_CONFIG"] = world.tf_config
+    if mode != "horovod" and (devices or gpus):
+        env_set["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
+    if keras_home:
+        env_set["KERAS_HOME"] = keras_home
+    env_unset = [v for v in PROXY_VARS if env.get(v)] if mode == "mwm" else []
+    if env_unset:
+        reasons["unset"] = "gRPC would send MWM's traffic to the proxy and hang"
+    return env_set, env_unset
+
+
+def _timers(env: Mapping[str, str]) -> dict[str, float | int]:
+    """The run's timers and counts, each checked (a bad value is one ConfigError line)."""
+    every = _int(env, "DISTRAIN_CHECKPOINT_EVERY") or 0
+    if every < 0:
+        raise ConfigError("DISTRAIN_CHECKPOINT_EVERY must be a number of steps >= 0")
+    max_restarts = _int(env, "DISTRAIN_MAX_RESTARTS")
+    max_restarts = 3 if max_restarts is None else max_restarts
+    if max_restarts < 0:
+        raise ConfigError("DISTRAIN_MAX_RESTARTS must be a number of restarts >= 0")
+    return {
+        "checkpoint_every": every,
+        "checkpoint_minutes": _seconds(env, "DISTRAIN_CHECKPOINT_MINUTES", 30.0),
+        "stop_check_seconds": _seconds(env, "DISTRAIN_STOP_CHECK_SECONDS", 2.0),  # 0: every step
+        "stall_seconds": _seconds(env, "DISTRAIN_STALL_SECONDS", 120.0, minimum=1),
+        "stall_pause_seconds": _seconds(env, "DISTRAIN_STALL_PAUSE_SECONDS", 1800.0, minimum=1),
+        "start_timeout": _seconds(env, "DISTRAIN_START_TIMEOUT", 300.0, minimum=1),
+        "max_restarts": max_restarts,
+    }
+
+
 def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: str | None = None,
            packages: Mapping[str, str] | None = None, argv: Sequence[str] = ()) -> Plan:
     """Decide mode, ranks, devices and cluster from the environment. Pure: no TensorFlow, no side effects.
@@ -413,203 +593,52 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
     gpus = tuple(gpus) if gpus is not None else probe_gpus(env)
     reasons: dict[str, str] = {}
     warnings: list[str] = []
-    requested = (env.get("DISTRAIN_MODE") or "auto").strip().lower()
-    if requested not in (*MODES, "auto"):
-        raise ConfigError(f"unknown DISTRAIN_MODE={requested!r}: use one of auto, {', '.join(MODES)}")
     step_tasks = _slurm_step_tasks(env)
-    launch = _launch_vars(env)
-    if launch and launch[0].startswith("PMI") and step_tasks > 1:
-        launch_ambiguous = launch
-        launch = None
-    else:
-        launch_ambiguous = None
-    tf_config = env.get("TF_CONFIG") or None
-
-    if requested != "auto":
-        mode = requested
-        reasons["mode"] = f"DISTRAIN_MODE={requested}"
-    elif launch:
-        mode = "horovod"
-        reasons["mode"] = f"launched by {launch[0]} ({launch[1]} set)"
-    elif tf_config:
-        mode = "mwm"
-        reasons["mode"] = "TF_CONFIG is set"
-    elif step_tasks > 1:
-        mode = "mwm"
-        reasons["mode"] = f"Slurm step with {step_tasks} tasks"
-        if launch_ambiguous:
-            reasons["mode"] += f" ({launch_ambiguous[0]} variables too: set DISTRAIN_MODE=horovod for Horovod)"
-    elif len(gpus) > 1:
-        mode = "mirrored"
-        reasons["mode"] = f"{len(gpus)} GPUs visible to one process"
-    else:
-        mode = "single"
-        reasons["mode"] = "one process, " + ("one GPU" if gpus else "no GPU")
-
-    rank, size, local_rank, local_size = 0, 1, 0, 1
-    launcher = "none"
-    cluster: tuple[str, ...] = ()
-    new_tf_config: str | None = None
-
-    if mode in ("single", "mirrored"):
-        if step_tasks > 1:
-            raise ConfigError(
-                f"DISTRAIN_MODE={mode} runs one process but this Slurm step has {step_tasks} tasks: "
-                "use --ntasks=1, or DISTRAIN_MODE=mwm / horovod"
-            )
-        if mode == "mirrored" and len(gpus) < 2:
-            warnings.append(f"mirrored mode with {len(gpus)} GPU(s): it will train on one device")
-        launcher = "srun" if step_tasks else "none"
-    elif mode == "mwm":
-        if tf_config:
-            workers, rank = _parse_tf_config(tf_config)
-            cluster, size = tuple(workers), len(workers)
-            host = workers[rank].rsplit(":", 1)[0]
-            same_host = [i for i, w in enumerate(workers) if w.rsplit(":", 1)[0] == host]
-            local_rank, local_size = same_host.index(rank), len(same_host)
-            launcher = "distrain launch" if env.get("DISTRAIN_LAUNCHER") else "TF_CONFIG"
-            reasons["cluster"] = "from TF_CONFIG, used as is"
-        elif step_tasks >= 1:
-            step = slurm.read_step(env)
-            size, rank = step.size, step.rank
-            local_rank, local_size = step.local_id, step.tasks_per_node[step.node_id]
-            base = slurm.port_base(step, size, env.get("DISTRAIN_PORT_BASE"))
-            cluster = tuple(slurm.worker_addresses(step, base))
-            new_tf_config = json.dumps(
-                {"cluster": {"worker": list(cluster)}, "task": {"type": "worker", "index": rank}}
-            )
-            launcher = "srun"
-            source = "DISTRAIN_PORT_BASE" if env.get("DISTRAIN_PORT_BASE") else f"job {step.job_id}.{step.step_id}"
-            reasons["cluster"] = (
-                f"Slurm {step.distribution} layout of {','.join(step.hosts)}; ports {base}+rank ({source})"
-            )
-        else:
-            raise ConfigError(
-                "DISTRAIN_MODE=mwm outside any cluster: run under srun with several tasks, use "
-                "`distrain launch -n N`, or set TF_CONFIG"
-            )
-        reasons["rank"] = "task index in the cluster"
-    else:  # horovod
-        source = launch or launch_ambiguous
-        if source:
-            launcher, _, (rank, size, local_rank, local_size_opt) = source
-            if local_size_opt is None and step_tasks:
-                step = slurm.read_step(env)
-                local_size_opt = step.tasks_per_node[step.node_id]
-            local_size = local_size_opt or 1
-            reasons["rank"] = f"from {launcher}'s variables; confirmed by hvd.rank() at start"
-        else:
-            launcher = "none"
-            reasons["rank"] = "no MPI/Gloo launcher: one Horovod process"
-        if step_tasks > 1 and not source:
-            raise ConfigError(
-                "DISTRAIN_MODE=horovod in a Slurm step without MPI/PMI variables: launch with "
-                "srun --mpi=pmix (see `srun --mpi=list`), or mpirun/horovodrun"
-            )
-    if not 0 <= rank < size:
-        raise ConfigError(f"rank {rank} is outside world size {size}: the launcher's variables disagree")
-    if not 0 <= local_rank < max(local_size, 1):
-        raise ConfigError(f"local rank {local_rank} is outside local size {local_size}")
-
-    devices, reasons["devices"] = _pick_devices(mode, gpus, local_rank, local_size)
+    launch, ambiguous = _launch(env, step_tasks)
+    mode, reasons["mode"] = _mode(env, gpus, step_tasks, launch, ambiguous)
+    world = _world(env, mode, gpus, step_tasks, launch, ambiguous, reasons, warnings)
+    devices, reasons["devices"] = _pick_devices(mode, gpus, world.local_rank, world.local_size)
     reasons["gpus"] = _gpus_reason(env, gpus)
     require_gpu = _flag(env, "DISTRAIN_REQUIRE_GPU")
     if require_gpu and not gpus:
         reasons["devices"] = "no GPU visible but DISTRAIN_REQUIRE_GPU=1"
-
-    collective = (env.get("DISTRAIN_COLLECTIVE") or "auto").strip().lower()
-    if collective not in COLLECTIVES:
-        raise ConfigError(f"unknown DISTRAIN_COLLECTIVE={collective!r}: use auto, ring or nccl")
-    reasons["collective"] = "DISTRAIN_COLLECTIVE" if env.get("DISTRAIN_COLLECTIVE") else "TensorFlow chooses"
-    if mode == "horovod":
-        reasons["collective"] = "Horovod's own (NCCL/MPI/Gloo)"
-    timeout_raw = env.get("DISTRAIN_COLLECTIVE_TIMEOUT")
-    collective_timeout = None
-    if timeout_raw:
-        try:
-            collective_timeout = float(timeout_raw)
-        except ValueError:
-            raise ConfigError(f"DISTRAIN_COLLECTIVE_TIMEOUT={timeout_raw!r} is not a number of seconds") from None
-
+    collective, reasons["collective"], collective_timeout = _collective(env, mode)
     keras, reasons["keras"] = _keras_family(env, script, packages if packages is not None else installed_versions())
-
-    env_set: dict[str, str] = {}
-    env_unset: list[str] = []
-    if keras == "legacy":
-        env_set["TF_USE_LEGACY_KERAS"] = "1"
-    if new_tf_config:
-        env_set["TF_CONFIG"] = new_tf_config
-    if mode != "horovod" and (devices or gpus):
-        env_set["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
-    if mode == "mwm":
-        env_unset = [v for v in PROXY_VARS if env.get(v)]
-        if env_unset:
-            reasons["unset"] = "gRPC would send MWM's traffic to the proxy and hang"
-
-    hooks = _flag(env, "DISTRAIN_HOOKS", default=True)
     run = runs.identity(env, script, argv)
     reasons["run"] = run.why
-    checkpoint, reasons["checkpoint"] = _checkpoint_dir(env, run)
-    if not hooks:
-        checkpoint, reasons["checkpoint"] = None, "off with the hooks (DISTRAIN_HOOKS=0)"
-    elastic, reasons["elastic"] = _horovod_elastic(env, mode)
-    if elastic:
-        checkpoint, reasons["checkpoint"] = None, (
-            "off under Horovod elastic: the script's hvd.elastic state rolls a reset back to its last commit, and "
-            "a checkpoint restored in the reset would overwrite it; a rerun resumes from what the script saves")
-    reasons["hooks"] = "DISTRAIN_HOOKS" if env.get("DISTRAIN_HOOKS") else "default: the script runs unchanged"
+    checkpoint, hooks, elastic = _checkpointing(env, mode, run, reasons)
     keras_home = _keras_home(env, checkpoint.path if checkpoint else None)
-    if keras_home:
-        env_set["KERAS_HOME"] = keras_home
-    every = _int(env, "DISTRAIN_CHECKPOINT_EVERY") or 0
-    if every < 0:
-        raise ConfigError("DISTRAIN_CHECKPOINT_EVERY must be a number of steps >= 0")
-    checkpoint_minutes = _seconds(env, "DISTRAIN_CHECKPOINT_MINUTES", 30.0)
-    stop_check_seconds = _seconds(env, "DISTRAIN_STOP_CHECK_SECONDS", 2.0)  # 0: every step
-    stall_seconds = _seconds(env, "DISTRAIN_STALL_SECONDS", 120.0, minimum=1)
-    stall_pause_seconds = _seconds(env, "DISTRAIN_STALL_PAUSE_SECONDS", 1800.0, minimum=1)
-    start_timeout = _seconds(env, "DISTRAIN_START_TIMEOUT", 300.0, minimum=1)
-    max_restarts = _int(env, "DISTRAIN_MAX_RESTARTS")
-    max_restarts = 3 if max_restarts is None else max_restarts
-    if max_restarts < 0:
-        raise ConfigError("DISTRAIN_MAX_RESTARTS must be a number of restarts >= 0")
+    env_set, env_unset = _environment_effects(env, mode, keras, devices, gpus, world, keras_home, reasons)
     reasons["launcher"] = reasons.get("launcher", "what started this process")
     reasons["local_rank"] = "ranks on this host; picks the GPU"
-
     return Plan(
         mode=mode,
-        rank=rank,
-        size=size,
-        local_rank=local_rank,
-        local_size=local_size,
-        launcher=launcher,
+        rank=world.rank,
+        size=world.size,
+        local_rank=world.local_rank,
+        local_size=world.local_size,
+        launcher=world.launcher,
         gpus_visible=gpus,
         devices=devices,
         collective=collective,
         keras=keras,
         require_gpu=require_gpu,
         hooks=hooks,
-        cluster=cluster,
-        tf_config=new_tf_config,
+        cluster=world.cluster,
+        tf_config=world.tf_config,
         checkpoint_dir=checkpoint.path if checkpoint else None,
         checkpoint_owned_from=checkpoint.owned_from if checkpoint else None,
-        checkpoint_every=every,
-        checkpoint_minutes=checkpoint_minutes,
         checkpoint_dir_named=bool(checkpoint and env.get("DISTRAIN_CHECKPOINT_DIR")),
         run_name=run.name if checkpoint else None,
         run_key=run.key if checkpoint else None,
         resume=runs.resume_wanted(env),
-        stop_check_seconds=stop_check_seconds,
-        stall_seconds=stall_seconds,
-        stall_pause_seconds=stall_pause_seconds,
         script_uses_horovod_tf=_uses_horovod_tensorflow(script),
         elastic=elastic,
         collective_timeout=collective_timeout,
-        start_timeout=start_timeout,
-        max_restarts=max_restarts,
         verbose=_flag(env, "DISTRAIN_VERBOSE"),
         env_set=tuple(sorted(env_set.items())),
         env_unset=tuple(env_unset),
         reasons=tuple(sorted(reasons.items())),
         warnings=tuple(warnings),
+        **_timers(env),
     )

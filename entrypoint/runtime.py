@@ -47,8 +47,7 @@ def apply_checks(plan: Plan) -> None:
 
 
 def apply_environment(plan: Plan) -> None:
-    """Everything that has to happen before `import tensorflow`."""
-    apply_checks(plan)
+    """Everything that has to happen before `import tensorflow` (the checks are setup's)."""
     early = {"CUDA_VISIBLE_DEVICES", "TF_USE_LEGACY_KERAS"} & {name for name, _ in plan.env_set}
     if "tensorflow" in sys.modules and early:
         log.get().warning("TensorFlow was imported before distrain's setup: GPU pinning and legacy Keras may not apply")
@@ -61,14 +60,17 @@ def apply_environment(plan: Plan) -> None:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def setup(plan: Plan | None = None) -> Engine:
-    """Apply the Plan and build the engine (idempotent)."""
+def setup(plan: Plan | None = None, checked: bool = False) -> Engine:
+    """Apply the Plan and build the engine (idempotent). `checked`: the caller ran apply_checks already (the
+    commands do, before a run's state is touched)."""
     if STATE.engine is not None:
         return STATE.engine
     STATE.phases["plan"] = time.time()
     plan = plan or current_plan()
     STATE.plan = plan
     log.configure(plan.line_prefix)
+    if not checked:
+        apply_checks(plan)
     apply_environment(plan)
     if plan.keras == "legacy":
         from .compat.tf_keras_alias import alias_keras_to_tf_keras
