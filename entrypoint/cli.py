@@ -188,6 +188,18 @@ def doctor() -> None:
     except DistrainError as exc:
         problems.append(str(exc))
     typer.echo("")
+    _doctor_host(plan, problems)
+    _doctor_tensorflow(plan, problems)
+    _doctor_horovod(plan, problems)
+    if problems:
+        for problem in problems:
+            typer.echo(f"problem: {problem}", err=True)
+        raise typer.Exit(EXIT_ENVIRONMENT)
+    typer.echo("no problems found")
+
+
+def _doctor_host(plan: Plan | None, problems: list[str]) -> None:
+    """Proxies, the Apptainer cache, container tools, the driver's GPUs, /dev/shm, the trust model."""
     proxies = [v for v in PROXY_VARS if os.environ.get(v)]
     typer.echo(f"proxies: {' '.join(proxies) if proxies else 'none set'}"
                + (" (unset for MWM by distrain run)" if proxies else ""))
@@ -213,51 +225,54 @@ def doctor() -> None:
     for text in [*warnings, *([warning] if warning else [])]:
         typer.echo(f"warning: {text}")
     typer.echo(SECURITY_LINE)
+
+
+def _doctor_tensorflow(plan: Plan | None, problems: list[str]) -> None:
+    """TensorFlow's and Keras' versions, the CUDA it was built with against the driver, the GPUs it sees."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if plan is None or plan.keras == "legacy":
         os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     try:
         import tensorflow as tf
-
-        build = tf.sysconfig.get_build_info()
-        typer.echo(f"tensorflow: {tf.__version__} (CUDA build: {build.get('is_cuda_build', False)}, "
-                   f"CUDA {build.get('cuda_version', '-')}, cuDNN {build.get('cudnn_version', '-')})")
-        import importlib.metadata
-
-        keras_dist = "tf-keras" if tf.keras.__name__.startswith("tf_keras") else "keras"
-        typer.echo(f"keras: {keras_dist} {importlib.metadata.version(keras_dist)}")
-        if build.get("is_cuda_build"):  # the driver must support the CUDA this TensorFlow was built with
-            from .tools.selftest import FAIL, driver_row
-
-            driver = driver_row(str(build.get("cuda_version") or ""))
-            if driver.status == FAIL:
-                problems.append(f"driver: {driver.detail}")
-        gpus = tf.config.list_physical_devices("GPU")
-        typer.echo(f"GPUs seen by TensorFlow: {len(gpus)} {[g.name for g in gpus] if gpus else ''}".rstrip())
-        if plan and plan.require_gpu and not gpus:
-            from .devices import NO_GPU_HINT
-
-            problems.append(NO_GPU_HINT)
     except ImportError as exc:
         problems.append(f"TensorFlow does not import: {exc}")
+        return
+    build = tf.sysconfig.get_build_info()
+    typer.echo(f"tensorflow: {tf.__version__} (CUDA build: {build.get('is_cuda_build', False)}, "
+               f"CUDA {build.get('cuda_version', '-')}, cuDNN {build.get('cudnn_version', '-')})")
+    import importlib.metadata
+
+    keras_dist = "tf-keras" if tf.keras.__name__.startswith("tf_keras") else "keras"
+    typer.echo(f"keras: {keras_dist} {importlib.metadata.version(keras_dist)}")
+    if build.get("is_cuda_build"):  # the driver must support the CUDA this TensorFlow was built with
+        from .tools.selftest import FAIL, driver_row
+
+        driver = driver_row(str(build.get("cuda_version") or ""))
+        if driver.status == FAIL:
+            problems.append(f"driver: {driver.detail}")
+    gpus = tf.config.list_physical_devices("GPU")
+    typer.echo(f"GPUs seen by TensorFlow: {len(gpus)} {[g.name for g in gpus] if gpus else ''}".rstrip())
+    if plan and plan.require_gpu and not gpus:
+        from .devices import NO_GPU_HINT
+
+        problems.append(NO_GPU_HINT)
+
+
+def _doctor_horovod(plan: Plan | None, problems: list[str]) -> None:
     try:
         import horovod
         import horovod.tensorflow as hvd
-
-        def built(yes: object) -> str:  # hvd.*_built() answer True/False, nccl_built() a version number or 0
-            return "yes" if yes else "no"
-
-        typer.echo(f"horovod: {horovod.__version__} (tensorflow: yes, mpi: {built(hvd.mpi_built())}, "
-                   f"gloo: {built(hvd.gloo_built())}, nccl: {built(hvd.nccl_built())})")
     except ImportError as exc:
         typer.echo(f"horovod: not available ({exc})")
         if plan and plan.mode == "horovod":
             problems.append("Horovod mode but Horovod does not import")
-    if problems:
-        for problem in problems:
-            typer.echo(f"problem: {problem}", err=True)
-        raise typer.Exit(EXIT_ENVIRONMENT)
-    typer.echo("no problems found")
+        return
+
+    def built(yes: object) -> str:  # hvd.*_built() answer True/False, nccl_built() a version number or 0
+        return "yes" if yes else "no"
+
+    typer.echo(f"horovod: {horovod.__version__} (tensorflow: yes, mpi: {built(hvd.mpi_built())}, "
+               f"gloo: {built(hvd.gloo_built())}, nccl: {built(hvd.nccl_built())})")
 
 
 @app.command()

@@ -13,7 +13,7 @@ import os
 import platform
 import sys
 import traceback
-from typing import Callable, NoReturn, Optional, TypeVar
+from typing import Any, Callable, NoReturn, Optional, TypeVar
 
 from .errors import EXIT_PREEMPTED, EXIT_WORKER_FAILED, ConfigError, DistrainError
 
@@ -71,7 +71,7 @@ def check_script(script: str) -> str:
 @reports_errors
 def run_script_command(script: str, args: list[str]) -> None:
     """`distrain run SCRIPT ARGS...`: what every worker of every job runs."""
-    from . import log, runner, runtime
+    from . import log, runtime
     from .plan import detect
 
     if script == "selftest-worker":  # what jobs/selftest.job starts per mode (selftest_train.py, in the package)
@@ -82,19 +82,30 @@ def run_script_command(script: str, args: list[str]) -> None:
     runtime.STATE.plan = plan
     logger = log.configure(plan.line_prefix)
     if plan.checkpoint_workdir:
-        from . import runs
-        from .fit.checkpoint import check_writable
-        from .workdirs import prepare
+        _open_the_runs_state(plan, path, args, logger)
+    _say_what_runs(plan, logger)
+    log.quiet_native_logs(plan.verbose)
+    _run_and_record_the_end(plan, path, args)
 
-        what = "the checkpoint directory (DISTRAIN_CHECKPOINT_DIR)"
-        prepare(plan.checkpoint_workdir, what, warn=logger.warning)
-        check_writable(plan.checkpoint_dir, what)
-        identity = runs.RunIdentity(plan.run_name, plan.run_key, "")
-        first = runs.open_run(plan.checkpoint_dir, identity, plan.rank, [path, *args], plan.resume,
-                              plan.checkpoint_dir_named, _about_the_run(path, args))
-        if plan.is_chief:
-            logger.info(first)
-    devices = f"GPU {','.join(plan.devices)}" if plan.devices else "CPU"
+
+def _open_the_runs_state(plan: Any, path: str, args: list[str], logger: Any) -> None:
+    """The run's state dir made private and writable, locked by this rank; the chief says new or resuming."""
+    from . import runs
+    from .fit.checkpoint import check_writable
+    from .workdirs import prepare
+
+    what = "the checkpoint directory (DISTRAIN_CHECKPOINT_DIR)"
+    prepare(plan.checkpoint_workdir, what, warn=logger.warning)
+    check_writable(plan.checkpoint_dir, what)
+    identity = runs.RunIdentity(plan.run_name, plan.run_key, "")
+    first = runs.open_run(plan.checkpoint_dir, identity, plan.rank, [path, *args], plan.resume,
+                          plan.checkpoint_dir_named, _about_the_run(path, args))
+    if plan.is_chief:
+        logger.info(first)
+
+
+def _say_what_runs(plan: Any, logger: Any) -> None:
+    """The chief: the mode and why (and the Plan in a job log); every rank: who it is and its devices."""
     if plan.is_chief:
         logger.info(f"{plan.mode} on {plan.size} worker(s); {dict(plan.reasons)['mode']}")
         if plan.mode == "horovod" and plan.size > 1 and not plan.elastic and plan.checkpoint_dir and \
@@ -104,8 +115,15 @@ def run_script_command(script: str, args: list[str]) -> None:
         if os.environ.get("DISTRAIN_PRINT_PLAN") == "1":
             for line in plan.table().splitlines():
                 logger.info(f"plan | {line}")
+    devices = f"GPU {','.join(plan.devices)}" if plan.devices else "CPU"
     logger.info(f"rank {plan.rank} of {plan.size} on {platform.node()}: local rank {plan.local_rank}, {devices}")
-    log.quiet_native_logs(plan.verbose)
+
+
+def _run_and_record_the_end(plan: Any, path: str, args: list[str]) -> None:
+    """Set up, run the script, and record how this worker ended (endings.py): a lost peer is one line and exit 4,
+    the script's own error its traceback and exit 1."""
+    from . import runner, runtime
+
     ending = _Ending(plan.checkpoint_dir, plan.rank, plan.size)
     engine = None
     try:

@@ -113,6 +113,35 @@ def _say_how_it_ended(ended: Ended, wait_after_signal: float) -> None:
 
 def _run_workers(script: str, args: list[str], workers: list[str], grace: float, wait_after_signal: float,
                  extra: dict[str, str]) -> Ended:
+    procs, pumps = _start_workers(script, args, workers, extra)
+    forward = _Forwarder(procs)
+    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
+        signal.signal(sig, forward)
+    failed, codes, killed_after_signal = _watch(procs, forward, wait_after_signal)
+    if failed is not None and not killed_after_signal:
+        _stop_all(procs, grace)
+    for thread in pumps:
+        thread.join(timeout=2)
+    stopped = bool(forward.signalled)
+    if forward.interrupted:
+        sys.stderr.write("distrain launch: interrupted (a second Ctrl-C): the workers were killed\n")
+        return Ended(130, stopped=True)
+    if killed_after_signal:
+        stuck = [i for i, c in enumerate(codes) if c is None]
+        sys.stderr.write(f"distrain launch: worker(s) {', '.join(map(str, stuck))} had not stopped "
+                         f"{wait_after_signal:g} s after the stop (DISTRAIN_KILL_WAIT): killed\n")
+        first_signal = forward.signalled[0][0] if forward.signalled else None
+        code = failed[1] if failed and failed[1] == EXIT_PREEMPTED else 128 + first_signal if first_signal else 137
+        return Ended(code, stopped=True)
+    if failed is None:
+        return Ended(0, stopped=stopped)
+    rank, code = failed
+    return Ended(EXIT_WORKER_FAILED if code < 0 else code, rank, code, tuple(workers), stopped)
+
+
+def _start_workers(script: str, args: list[str], workers: list[str],
+                   extra: dict[str, str]) -> tuple[list[subprocess.Popen], list[threading.Thread]]:
+    """Start one worker per address, each with its TF_CONFIG, and a thread that prefixes its output."""
     n = len(workers)
     procs: list[subprocess.Popen] = []
     pumps: list[threading.Thread] = []
@@ -133,63 +162,52 @@ def _run_workers(script: str, args: list[str], workers: list[str], grace: float,
         thread = threading.Thread(target=_pump, args=(proc.stdout, prefix, sys.stdout), daemon=True)
         thread.start()
         pumps.append(thread)
+    return procs, pumps
 
-    signalled: list[tuple[int, float]] = []  # (signal, when) the launcher got
-    interrupted: list[bool] = []  # a second Ctrl-C
 
-    def forward(signum: int, frame) -> None:  # noqa: ANN001, ARG001 - preemption reaches every worker
-        if signum == signal.SIGINT and any(s == signal.SIGINT for s, _ in signalled):
-            interrupted.append(True)
-            _kill_all(procs)  # the second Ctrl-C: now
+class _Forwarder:
+    """The launcher's handler of SIGTERM, SIGUSR1 and Ctrl-C: passed on to every worker (preemption reaches them
+    all); a second Ctrl-C kills them at once."""
+
+    def __init__(self, procs: list[subprocess.Popen]) -> None:
+        self.procs = procs
+        self.signalled: list[tuple[int, float]] = []  # (signal, when) the launcher got
+        self.interrupted = False  # a second Ctrl-C
+
+    def __call__(self, signum: int, frame: object) -> None:  # noqa: ARG002
+        if signum == signal.SIGINT and any(s == signal.SIGINT for s, _ in self.signalled):
+            self.interrupted = True
+            _kill_all(self.procs)  # the second Ctrl-C: now
             return
-        signalled.append((signum, time.monotonic()))
-        for p in procs:
+        self.signalled.append((signum, time.monotonic()))
+        for p in self.procs:
             if p.poll() is None:
                 p.send_signal(signum)
 
-    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
-        signal.signal(sig, forward)
 
+def _watch(procs: list[subprocess.Popen], forward: _Forwarder,
+           wait_after_signal: float) -> tuple[tuple[int, int] | None, list[int | None], bool]:
+    """Wait until the workers end, one fails (its root cause), or a stop outlasts DISTRAIN_KILL_WAIT (killed).
+    Returns (the failure, the exit codes, whether they were killed after a stop)."""
     failed: tuple[int, int] | None = None
     stopping_since: float | None = None  # a worker exited 75: the others are finishing their checkpoint
-    killed_after_signal = False
     with _woken_by_signals() as wait:
         while True:
             codes = [p.poll() for p in procs]
             bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
             if all(c is not None for c in codes):
-                failed = failed or _root_cause(bad)
-                break
+                return failed or _root_cause(bad), codes, False
             if bad and failed is None:
                 failed = _root_cause(bad)
                 if failed[1] != EXIT_PREEMPTED:
-                    break
+                    return failed, codes, False
                 stopping_since = time.monotonic()
-            started = [t for _, t in signalled] + ([stopping_since] if stopping_since else [])
+            started = [t for _, t in forward.signalled] + ([stopping_since] if stopping_since else [])
             left = min(started) + wait_after_signal - time.monotonic() if started else None
             if left is not None and left < 0:
-                killed_after_signal = True
                 _kill_all(procs)
-                break
+                return failed, codes, True
             wait(left)  # until a worker exits or a signal comes: no wake-ups while they train
-    if failed is not None and not killed_after_signal:
-        _stop_all(procs, grace)
-    for thread in pumps:
-        thread.join(timeout=2)
-    stopped = bool(signalled)
-    if interrupted:
-        sys.stderr.write("distrain launch: interrupted (a second Ctrl-C): the workers were killed\n")
-        return Ended(130, stopped=True)
-    if killed_after_signal:
-        stuck = [i for i, c in enumerate(codes) if c is None]
-        sys.stderr.write(f"distrain launch: worker(s) {', '.join(map(str, stuck))} had not stopped "
-                         f"{wait_after_signal:g} s after the stop (DISTRAIN_KILL_WAIT): killed\n")
-        code = failed[1] if failed and failed[1] == EXIT_PREEMPTED else 128 + signalled[0][0] if signalled else 137
-        return Ended(code, stopped=True)
-    if failed is None:
-        return Ended(0, stopped=stopped)
-    rank, code = failed
-    return Ended(EXIT_WORKER_FAILED if code < 0 else code, rank, code, tuple(workers), stopped)
 
 
 @contextlib.contextmanager
