@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .. import runs
@@ -83,10 +84,73 @@ def ignore_stop_signals() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
+class AgreedStop:
+    """What the stop callback does, apart from Keras: counts steps, and every DISTRAIN_STOP_CHECK_SECONDS of steps
+    asks every rank at once (one small all-reduce) whether any got a signal and whether a timed checkpoint is due;
+    then stops all of them at that step (checkpoint first), or writes the checkpoint."""
+
+    def __init__(self, plan: Plan, reduce_sum: Callable[[list[float]], list[float]], backup: Any) -> None:
+        self.plan, self.reduce_sum, self.backup = plan, reduce_sum, backup
+        self.timed = plan.checkpoint_minutes * 60 if backup is not None else 0.0
+        self.epoch = 0
+        self.steps = 0
+        self.next_check = 1  # the first step (compilation) is measured too
+        self.since = time.monotonic()
+        self.steps_since = 0
+        self.saved_at = time.monotonic()
+
+    def train_begin(self) -> None:
+        FLAG.in_fit = True
+        if FLAG.signame:  # a signal that came while fit was starting
+            FLAG.in_fit = False
+            ignore_stop_signals()
+            raise Preempted(FLAG.signame, None)
+
+    def epoch_end(self) -> None:
+        # an epoch end's pauses (validation, callbacks, the checkpoint) are time the step count does not see: the
+        # next epoch's first step checks too, so a stop never waits for several short epochs
+        self.next_check = min(self.next_check, self.steps + 1)
+        if self.backup is not None and getattr(self.backup, "save_freq", "epoch") == "epoch":
+            self.saved_at = time.monotonic()
+
+    def step_ended(self, batch: int) -> None:
+        """Called after each train-function call (steps.py): a batch hook would cost every step."""
+        self.steps += 1
+        self.steps_since += 1
+        if self.steps < self.next_check:
+            return
+        plan, now = self.plan, time.monotonic()
+        step_time = (now - self.since) / self.steps_since
+        due = 1.0 if plan.is_chief and self.timed and now - self.saved_at >= self.timed else 0.0
+        # a count of ones, not plan.size: under MWM each local replica of a worker adds its copy
+        stop, step_times, checkpoint_due, count = self.reduce_sum([1.0 if FLAG.signame else 0.0, step_time, due, 1.0])
+        mean_step = step_times / count
+        every = plan.stop_check_seconds
+        self.next_check = self.steps + max(1, min(100_000, math.ceil(every / max(mean_step, 1e-6))))
+        self.since, self.steps_since = time.monotonic(), 0
+        if stop > 0:
+            self._stop(batch)
+        if checkpoint_due > 0:
+            where = self.backup.save_now(self.epoch, batch)
+            self.saved_at = time.monotonic()
+            if where and plan.is_chief:
+                log().info(f"timed checkpoint (every {plan.checkpoint_minutes:g} min): resumes at {where}")
+
+    def _stop(self, batch: int) -> None:
+        plan, backup = self.plan, self.backup
+        waits_for_chief = backup is not None and plan.size > 1 and not plan.is_chief
+        before = _newest_number(plan) if waits_for_chief else 0
+        where = backup.save_now(self.epoch, batch) if backup is not None else None
+        if waits_for_chief:
+            _wait_for_chief_checkpoint(plan, before)
+        ignore_stop_signals()
+        raise Preempted(FLAG.signame or "a signal on another rank", where, backup is not None)
+
+
 def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Any) -> Any:
     """The callback that stops every rank at the same step once any rank got a signal (checkpoint first), and
-    writes the timed checkpoints (DISTRAIN_CHECKPOINT_MINUTES) at steps all ranks agree on. Under Horovod elastic,
-    a callback that does nothing: no agreed stop, no checkpoints of distrain's (see `install`)."""
+    writes the timed checkpoints (DISTRAIN_CHECKPOINT_MINUTES) at steps all ranks agree on (AgreedStop). Under
+    Horovod elastic, a callback that does nothing: no agreed stop, no checkpoints of distrain's (see `install`)."""
     if plan.elastic:
 
         class NoAgreedStop(keras.callbacks.Callback):
@@ -94,68 +158,25 @@ def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Any) -> 
                 pass
 
         return NoAgreedStop()
-    reduce_sum = sum_over_ranks(plan, tf, engine)
-    every_seconds = plan.stop_check_seconds
-    timed = plan.checkpoint_minutes * 60 if backup is not None else 0.0
+    logic = AgreedStop(plan, sum_over_ranks(plan, tf, engine), backup)
 
     class StopAndCheckpoint(keras.callbacks.Callback):
         def __init__(self) -> None:
             super().__init__()
             self._supports_tf_logs = True  # its epoch hooks read no logs: none converted to numpy for it
-            self._epoch = 0
-            self._steps = 0
-            self._next_check = 1  # the first step (compilation) is measured too
-            self._since = time.monotonic()
-            self._steps_since = 0
-            self._saved_at = time.monotonic()
+            self.step_ended = logic.step_ended
 
         def on_train_begin(self, logs: Any = None) -> None:
-            FLAG.in_fit = True
-            if FLAG.signame:  # a signal that came while fit was starting
-                FLAG.in_fit = False
-                ignore_stop_signals()
-                raise Preempted(FLAG.signame, None)
+            logic.train_begin()
 
         def on_train_end(self, logs: Any = None) -> None:
             FLAG.in_fit = False
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            self._epoch = epoch
+            logic.epoch = epoch
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            # an epoch end's pauses (validation, callbacks, the checkpoint) are time the step count does not see:
-            # the next epoch's first step checks too, so a stop never waits for several short epochs
-            self._next_check = min(self._next_check, self._steps + 1)
-            if backup is not None and getattr(backup, "save_freq", "epoch") == "epoch":
-                self._saved_at = time.monotonic()
-
-        def step_ended(self, batch: int) -> None:
-            """Called after each train-function call (steps.py): a batch hook would cost every step."""
-            self._steps += 1
-            self._steps_since += 1
-            if self._steps < self._next_check:
-                return
-            now = time.monotonic()
-            step_time = (now - self._since) / self._steps_since
-            due = 1.0 if plan.is_chief and timed and now - self._saved_at >= timed else 0.0
-            # a count of ones, not plan.size: under MWM each local replica of a worker adds its copy
-            stop, step_times, checkpoint_due, count = reduce_sum([1.0 if FLAG.signame else 0.0, step_time, due, 1.0])
-            mean_step = step_times / count
-            self._next_check = self._steps + max(1, min(100_000, math.ceil(every_seconds / max(mean_step, 1e-6))))
-            self._since, self._steps_since = time.monotonic(), 0
-            if stop > 0:
-                waits_for_chief = backup is not None and plan.size > 1 and not plan.is_chief
-                before = _newest_number(plan) if waits_for_chief else 0
-                where = backup.save_now(self._epoch, batch) if backup is not None else None
-                if waits_for_chief:
-                    _wait_for_chief_checkpoint(plan, before)
-                ignore_stop_signals()
-                raise Preempted(FLAG.signame or "a signal on another rank", where, backup is not None)
-            if checkpoint_due > 0:
-                where = backup.save_now(self._epoch, batch)
-                self._saved_at = time.monotonic()
-                if where and plan.is_chief:
-                    log().info(f"timed checkpoint (every {plan.checkpoint_minutes:g} min): resumes at {where}")
+            logic.epoch_end()
 
     return StopAndCheckpoint()
 
