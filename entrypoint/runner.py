@@ -89,7 +89,8 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
             after.append(backup)
         stop = stopping.make_callback(stage, keras, tf, engine, backup)
         after.append(stop)
-        configure_log(f"[{engine.rank}/{engine.size}] ")  # the ranks now: Horovod elastic renumbers them in a reset
+        if plan.elastic:  # the ranks now: Horovod elastic renumbers them in a reset (never under distrain launch)
+            configure_log(f"[{engine.rank}/{engine.size}] ")
         watch = stalls.make_callback(plan, keras)
         timed_backup = [backup.step_ended] if hasattr(backup, "step_ended") else []  # DISTRAIN_CHECKPOINT_EVERY
         step_ends = steps.StepEnds([watch.step_ended, *timed_backup, stop.step_ended])  # no batch callback

@@ -32,6 +32,7 @@ def test_a_worker_killed_mid_epoch_is_restarted_from_the_checkpoint_and_the_resu
                         killed.stdout)
     assert restart, killed.stdout[-3000:]
     assert killed.stdout.strip().splitlines()[-1].startswith("distrain launch: finished after 1 restart(s)")
+    assert not re.search(r"\[\d/2\] \[\d/2\]", killed.stdout), killed.stdout[-3000:]  # the launcher's prefix alone
     assert np.array_equal(np.load(tmp_path / "a" / "weights.npy"), np.load(tmp_path / "b" / "weights.npy"))
 
 
