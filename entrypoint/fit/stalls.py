@@ -27,7 +27,6 @@ import contextlib
 import faulthandler
 import json
 import os
-import socket
 import statistics
 import sys
 import sysconfig
@@ -158,13 +157,12 @@ def _report_and_exit(plan: Plan, progress: Progress, waited: float) -> None:
         faulthandler.dump_traceback(file=dump, all_threads=True)
         dump.seek(0)
         stacks = dump.read().decode(errors="replace").splitlines()
-    host = os.environ.get("SLURMD_NODENAME") or socket.gethostname()  # the node name Slurm users know
     step = f"epoch {progress.epoch + 1} step {progress.step + 1}"
     lines = [f"{prefix}distrain: stall: no progress at {step} for {waited:.0f} s; this rank's Python stacks:"]
     lines += [f"{prefix}  {line}" for line in stacks]
     sys.stderr.write("\n".join(lines) + "\n")
     sys.stderr.flush()
-    found = _share(plan, {"rank": plan.rank, "host": host, "where": where})
+    found = _share(plan, {"rank": plan.rank, "host": endings.host(), "where": where})
     stuck = [f"rank {r['rank']} (node {r['host']}) is stuck in your code at {r['where']}" for r in found
              if r.get("where")]
     silent = sorted(set(range(plan.size)) - {r["rank"] for r in found}) if plan.size > 1 else []
