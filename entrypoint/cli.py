@@ -443,13 +443,19 @@ def runs_list(
                 typer.echo(f"      resume: {v.resume}")
 
 
-def _one(name: str, directory: str | None):  # noqa: ANN202
+def _listed(directory: str | None) -> list:
+    """Every run in the output directories, listed once (a squeue and a walk of each run's files)."""
     from . import runs_view
 
-    for where in _output_dirs(directory):
-        found = runs_view.one(where, name)
-        if found:
-            return found
+    return [v for where in _output_dirs(directory) for v in runs_view.find(where)]
+
+
+def _one(name: str, directory: str | None, listed: list):  # noqa: ANN202
+    from . import runs_view
+
+    found = runs_view.one(listed, name)
+    if found:
+        return found
     raise DistrainError(f"no run {name!r} in {', '.join(_output_dirs(directory))}: `distrain runs` lists them "
                         "(--dir for another output directory)")
 
@@ -462,7 +468,7 @@ def runs_show(name: str = typer.Argument(..., help="The run's name (or a unique 
     """One run, whole."""
     from . import runs_view
 
-    found = _one(name, directory)
+    found = _one(name, directory, _listed(directory))
     if as_json:
         typer.echo(json.dumps(found.as_json(), indent=1))
         return
@@ -485,7 +491,8 @@ def runs_rm(names: list[str] = RUN_NAMES,
     """Delete runs and their checkpoints (never a live one)."""
     import shutil
 
-    chosen = [_one(name, directory) for name in names]
+    listed = _listed(directory)
+    chosen = [_one(name, directory, listed) for name in names]
     live = [v.name for v in chosen if v.live]
     if live:
         raise DistrainError(f"{', '.join(live)}: running; stop it first (nothing was deleted)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import getpass
 import glob
 import json
 import os
@@ -62,14 +63,16 @@ def _lock_held(path: str) -> bool:
         os.close(fd)
 
 
-def _job_queued(job: str | None) -> bool:
-    if not job or not shutil.which("squeue"):
-        return False
+def _queued_jobs() -> set[str]:
+    """The ids of this user's jobs Slurm still holds (one squeue for the whole listing). %A: a job array's task
+    is listed by the id it has in SLURM_JOB_ID, not as base_index."""
+    if not shutil.which("squeue"):
+        return set()
     with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-        out = subprocess.run(["squeue", "-h", "-o", "%i", "-j", job], capture_output=True, text=True,
+        out = subprocess.run(["squeue", "-u", getpass.getuser(), "-h", "-o", "%A"], capture_output=True, text=True,
                              timeout=SQUEUE_TIMEOUT)
-        return job in out.stdout.split()
-    return False
+        return set(out.stdout.split())
+    return set()
 
 
 def _size(directory: str) -> int:
@@ -87,42 +90,46 @@ def _last_checkpoint(directory: str) -> float | None:
     return max(found) if found else None
 
 
+NO_CHECKPOINT = "no checkpoint yet"
+
+
 def _where(directory: str) -> str:
     point = runs.resume_point(directory)
     if point is None:
-        return "no checkpoint yet"
+        return NO_CHECKPOINT
     stage, position = point
     return f"at {runs.describe(**position, stage=stage)}" if position else \
         f"at its last checkpoint{' in fit ' + str(stage) if stage > 1 else ''}"
 
 
 def _state(directory: str, records: dict[int, dict], live: bool, job: str | None) -> str:
+    size = max((int(r.get("size", 1)) for r in records.values()), default=1)
+    codes = [r.get("code") for r in records.values()]
+    if not live and records and all(code == 0 for code in codes) and len(records) >= size:
+        return f"finished {age(max(r.get('ended', 0) for r in records.values()))}"
+    where = _where(directory)
     if live:
         running = [r for r in records.values() if "code" not in r]
         first = min(running or records.values(), key=lambda r: r.get("rank", 0), default={})
         who = f"as job {job}" if job else f"as pid {first.get('pid', '?')}"
-        return f"running {who} on {first.get('host', '?')} ({_where(directory)})"
+        return f"running {who} on {first.get('host', '?')} ({where})"
     if not records:
-        return f"not started ({_where(directory)})" if runs.resume_point(directory) is None else \
-            f"stopped ({_where(directory)})"
-    size = max(int(r.get("size", 1)) for r in records.values())
-    codes = [r.get("code") for r in records.values()]
-    if all(code == 0 for code in codes) and len(records) >= size:
-        return f"finished {age(max(r.get('ended', 0) for r in records.values()))}"
+        return f"not started ({where})" if where == NO_CHECKPOINT else f"stopped ({where})"
     ended = restarts.step_ended(records, size, next((c for c in codes if c not in (None, 0)), 1))
     if ended.stopped:
-        return f"stopped {_where(directory)}"
+        return f"stopped {where}"
     if ended.vanished or (ended.raw is not None and ended.raw < 0) or ended.rank is None:
-        return f"ended without a word: killed? ({_where(directory)})"
+        return f"ended without a word: killed? ({where})"
     why = records.get(ended.rank, {}).get("why", "")
-    return f"failed with exit {ended.code} on rank {ended.rank}{': ' + why if why else ''} ({_where(directory)})"
+    return f"failed with exit {ended.code} on rank {ended.rank}{': ' + why if why else ''} ({where})"
 
 
-def view(directory: str) -> RunView:
+def view(directory: str, queued: set[str]) -> RunView:
+    """One run, from its directory; `queued`: the job ids squeue still shows (_queued_jobs)."""
     about = _json(os.path.join(directory, runs.IDENTITY_FILE))
     records = endings.read(directory)
     job = about.get("job")
-    live = any(_lock_held(p) for p in glob.glob(os.path.join(directory, ".lock-rank*"))) or _job_queued(job)
+    live = any(_lock_held(p) for p in glob.glob(os.path.join(directory, ".lock-rank*"))) or job in queued
     return RunView(
         name=about.get("name", os.path.basename(directory)), directory=directory,
         command=list(about.get("command", [])), resume=about.get("resume", ""),
@@ -134,12 +141,14 @@ def view(directory: str) -> RunView:
 def find(output_dir: str) -> list[RunView]:
     """Every run under `output_dir` (its `runs/` folder), the most recently changed first."""
     directories = [d for d in glob.glob(os.path.join(output_dir, "runs", "*")) if os.path.isdir(d)]
-    return sorted(map(view, directories), key=lambda v: -(v.last_checkpoint or os.path.getmtime(v.directory)))
+    queued = _queued_jobs() if directories else set()
+    views = [view(d, queued) for d in directories]
+    return sorted(views, key=lambda v: -(v.last_checkpoint or os.path.getmtime(v.directory)))
 
 
-def one(output_dir: str, name: str) -> RunView | None:
-    """The run named `name`: its directory's name, its DISTRAIN_RUN name, or a unique prefix of either."""
-    found = find(output_dir)
+def one(found: list[RunView], name: str) -> RunView | None:
+    """Of the runs `found`, the one named `name`: its directory's name, its DISTRAIN_RUN name, or a unique prefix
+    of either."""
     exact = [v for v in found if name in (v.name, os.path.basename(v.directory))]
     prefixed = [v for v in found if v.name.startswith(name) or os.path.basename(v.directory).startswith(name)]
     match = exact or (prefixed if len(prefixed) == 1 else [])
