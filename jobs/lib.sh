@@ -177,12 +177,13 @@ distrain_launch() {
     unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY   # gRPC would send MWM traffic to the proxy
   fi
   distrain_task_command
+  JOB_INFO=$(scontrol show job "${SLURM_JOB_ID:-none}" 2>/dev/null || true)  # read once: log, time limit, requeue
   distrain_resume_command "$@"
   local srun_args=(--kill-on-bad-exit=1)
   [ "$mode" = horovod ] && srun_args+=("--mpi=$(distrain_mpi_plugin)")
   echo "distrain job: $mode, $SLURM_NTASKS task(s) on ${SLURM_JOB_NODELIST:-?}: ${TASK_COMMAND[*]} $TRAIN_SCRIPT $*"
   local log
-  log=$(scontrol show job "${SLURM_JOB_ID:-none}" 2>/dev/null | sed -n 's/^ *StdOut=//p')
+  log=$(sed -n 's/^ *StdOut=//p' <<<"$JOB_INFO")
   echo "distrain job: checkpoints: $OUTPUT_DIR/runs/ (one directory per run: the same command resumes it); log: ${log:-stdout}; saved models: where the script saves them (relative paths: ${SLURM_SUBMIT_DIR:-$PWD})"
   trap 'distrain_forward TERM' TERM
   trap 'distrain_forward USR1' USR1
@@ -219,7 +220,7 @@ distrain_resume_command() {
   [ -n "${SLURM_CPUS_PER_TASK:-}" ] && opts+=(--cpus-per-task="$SLURM_CPUS_PER_TASK")
   [ -n "${SLURM_JOB_PARTITION:-}" ] && opts+=(--partition="$SLURM_JOB_PARTITION")
   [ -n "${SLURM_JOB_ACCOUNT:-}" ] && opts+=(--account="$SLURM_JOB_ACCOUNT")
-  limit=$(scontrol show job "${SLURM_JOB_ID:-none}" 2>/dev/null | sed -n 's/.*TimeLimit=\([^ ]*\).*/\1/p')
+  limit=$(sed -n 's/.*TimeLimit=\([^ ]*\).*/\1/p' <<<"${JOB_INFO:-}")
   [ -n "$limit" ] && [ "$limit" != UNLIMITED ] && opts+=(--time="$limit")
   opts+=(--job-name="${SLURM_JOB_NAME:-distrain}")
   local script=()
@@ -243,7 +244,7 @@ distrain_step() {
 
 # Requeue this job if it may be (--requeue): it resumes from the run's last checkpoint.
 distrain_requeue() {
-  scontrol show job "$SLURM_JOB_ID" 2>/dev/null | grep -qw "Requeue=1" || return 1
+  grep -qw "Requeue=1" <<<"${JOB_INFO:-}" || return 1
   echo "distrain job: $1; requeueing job $SLURM_JOB_ID to resume"
   REQUEUED=1
   scontrol requeue "$SLURM_JOB_ID"
