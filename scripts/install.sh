@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 VENV=${DISTRAIN_VENV:-.venv}
 TF_VERSION=${TF_VERSION:-2.17.1}
 INSTALL_CONTAINERS=${INSTALL_CONTAINERS:-1}
+UV_VERSION=0.13.9
 say() { echo "install.sh: $*"; }
 
 # ---- apt -------------------------------------------------------------------------------------------------
@@ -33,19 +34,23 @@ fi
 # ---- virtualenvs: one per TensorFlow line -------------------------------------------------------------------
 setup_venv() {  # VENV TF_VERSION KERAS_VERSION
   local venv=$1 tf=$2 keras=$3 tfk
-  pip() { "$venv/bin/python" -m pip -q --disable-pip-version-check "$@" 2>&1 | grep -v "is ignored: it is neither" || true; }
+  # uv, not pip, installs into the venvs: from its cache it links the 2 GB of TensorFlow in seconds where pip
+  # unpacks and compiles them (22 s a venv here); pip installs uv itself, and the Horovod wheel (build-horovod.sh)
+  uv_install() { "$venv/bin/uv" pip install -q --python "$venv/bin/python" "$@" 2>&1 | grep -v "is ignored: it is neither" || true; }
   have() { "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('$1') != '$2')" 2>/dev/null; }
   [ -x "$venv/bin/python" ] || { say "creating $venv"; python3 -m venv "$venv"; }
-  if ! have tensorflow-cpu "$tf"; then say "installing tensorflow-cpu $tf into $venv"; pip install "tensorflow-cpu==$tf"; fi
+  have uv "$UV_VERSION" || "$venv/bin/python" -m pip -q --disable-pip-version-check install "uv==$UV_VERSION" 2>&1 \
+    | grep -v "is ignored: it is neither" || true
+  if ! have tensorflow-cpu "$tf"; then say "installing tensorflow-cpu $tf into $venv"; uv_install "tensorflow-cpu==$tf"; fi
   # Keras 3 pinned to the version proven with distrain's fixes (compat/keras3_mwm.py)
-  have keras "$keras" || pip install "keras==$keras"
+  have keras "$keras" || uv_install "keras==$keras"
   # tf-keras must match TensorFlow; --no-deps, or it pulls the full `tensorflow` package over tensorflow-cpu
   tfk=$(echo "$tf" | awk -F. '{print $1"."$2".0"}')
-  have tf-keras "$tfk" || pip install --no-deps "tf-keras==$tfk"
+  have tf-keras "$tfk" || uv_install --no-deps "tf-keras==$tfk"
   # TensorFlow 2.21 no longer pulls TensorBoard in; scripts with Keras' TensorBoard callback need it
-  "$venv/bin/python" -c "import importlib.metadata as m; m.version('tensorboard')" 2>/dev/null || pip install tensorboard
+  "$venv/bin/python" -c "import importlib.metadata as m; m.version('tensorboard')" 2>/dev/null || uv_install tensorboard
   if ! "$venv/bin/python" -c "import importlib.metadata as m, entrypoint, typer, spython, pytest, xdist, sklearn; m.version('distrain')" 2>/dev/null; then
-    say "installing distrain (editable) and test tools into $venv"; pip install -e ".[test]"
+    say "installing distrain (editable) and test tools into $venv"; uv_install -e ".[test]"
   fi
   have tensorflow-cpu "$tf" || { echo "install.sh: tensorflow-cpu $tf got replaced in $venv" >&2; exit 1; }
   TF_USE_LEGACY_KERAS=1 scripts/build-horovod.sh "$venv/bin/python" 2>&1 | grep -v "is ignored: it is neither\|cpu_feature_guard\|To enable the following\|oneDNN custom\|absl::InitializeLog\|^I0000" || true
