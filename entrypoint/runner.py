@@ -17,6 +17,7 @@ import os
 import runpy
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from . import runs
@@ -26,27 +27,31 @@ from .fit import batches, callback_state, checkpoint, resume, stages, stalls, st
 from .log import configure as configure_log
 from .log import get as log
 
-_inside = threading.local()
+
+def _outermost_only(inside: threading.local):  # noqa: ANN202
+    """Apply a hook only at the outermost call (a subclass's fit calling super().fit is one fit); `inside`: the
+    hooks' own record of the calls in progress, per thread."""
+
+    def decorate(method):  # noqa: ANN001, ANN202
+        @functools.wraps(method)
+        def wrapper(self, *args, **kwargs):  # noqa: ANN001, ANN202
+            key = method.__name__
+            if getattr(inside, key, False):
+                return wrapper.__wrapped_original__(self, *args, **kwargs)
+            setattr(inside, key, True)
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                setattr(inside, key, False)
+
+        return wrapper
+
+    return decorate
 
 
-def _once(method):  # noqa: ANN001, ANN202
-    """Apply a hook only at the outermost call (a subclass's fit calling super().fit is one fit)."""
-
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):  # noqa: ANN001, ANN202
-        key = method.__name__
-        if getattr(_inside, key, False):
-            return wrapper.__wrapped_original__(self, *args, **kwargs)
-        setattr(_inside, key, True)
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            setattr(_inside, key, False)
-
-    return wrapper
-
-
-def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
+def install_hooks(engine: Engine, keras: Any, tf: Any, evened: batches.EvenedInputs) -> None:
+    """Patch keras.Model's fit, compile and save for this engine (see the module doc). `evened`: the inputs exact
+    resume makes, which the strategy's dataset split leaves as they are (batches.even_out_input)."""
     plan = engine.plan
     model_cls = keras.Model
     if getattr(model_cls, "_distrain_hooked", False):
@@ -56,6 +61,8 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
     compile_sig = inspect.signature(orig_compile)
 
     fits = itertools.count(1)  # the script's fits in call order: each a stage of the run, its own checkpoints
+    _once = _outermost_only(threading.local())
+    note_input = _InputNote(engine)
 
     @_once
     def fit(self, *args, **kwargs):  # noqa: ANN001, ANN202
@@ -69,49 +76,20 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
         if stage.checkpoint_dir and not own_backup:
             finished = stages.recorded(stage.checkpoint_dir, fit_signature, lambda line: _say(engine, line))
             if finished is not None:
-                _say(engine, f"fit {stage_number} finished in an earlier attempt: its end state is restored, "
-                             "not trained again")
-                resume.build_from_input(self, args_)
-                return stages.restore(stage.checkpoint_dir, finished, self, keras, engine.rank)
-        before, after = _horovod_callbacks(engine, keras, user), []
-        broadcasts = tuple(c for c in before + user if hasattr(c, "register_local_var")) if engine.hvd else ()
-        average = sync.make_callback(keras, tf, engine, stage, broadcasts) if engine.size > 1 else None
-        if average is not None:  # identical BN statistics on every rank; before Horovod's broadcast callbacks,
-            before.insert(0, average)  # to keep that state out of them (sync.py)
-        backup = position = None
-        if stage.checkpoint_dir and not own_backup:
-            position = _position_input(engine, stage, self, args_, user)
-            own = (average.save_own, average.restore_own) if average is not None else (None, None)
-            backup = checkpoint.make_backup_callback(stage, keras, stage_number, tuple(user),
-                                                     checkpoint.BackupHooks(position, *own))
-            for lost in callback_state.not_restorable(user):
-                _say(engine, f"a resume cannot give back {lost}: they are those of the epochs since it")
-            after.append(backup)
-        stop = stopping.make_callback(stage, keras, tf, engine, backup)
-        after.append(stop)
-        if plan.elastic:  # the ranks now: Horovod elastic renumbers them in a reset (never under distrain launch)
-            configure_log(f"[{engine.rank}/{engine.size}] ")
-        watch = stalls.make_callback(plan, keras)
-        timed_backup = [backup.step_ended] if hasattr(backup, "step_ended") else []  # DISTRAIN_CHECKPOINT_EVERY
-        step_ends = steps.StepEnds([watch.step_ended, *timed_backup, stop.step_ended])  # no batch callback
-        # first of all: an epoch's end is a pause for the stall watchdog before the script's callbacks run
-        args_["callbacks"] = [steps.make_callback(keras, step_ends), watch, *before, *user, *after]
-        _adapt_input(engine, keras, self, args_, user)
+                return _restore_finished_stage(engine, keras, stage, stage_number, self, args_, finished)
+        fit_callbacks = _compose_callbacks(engine, keras, tf, stage, stage_number, self, args_, user, own_backup,
+                                           _InputFacts(note_input, evened))
+        args_["callbacks"] = fit_callbacks.callbacks
+        _adapt_input(engine, keras, self, args_, user, note_input, fit_callbacks.position)
+        backup = fit_callbacks.backup
         if backup is not None:
             resume.build_before_restore(self, args_, stage.checkpoint_dir)
-        if engine.rank != 0:
-            args_["verbose"] = 0
-        elif "verbose" not in args_ and not sys.stdout.isatty():
-            args_["verbose"] = 2  # one line per epoch in batch logs instead of a progress bar per step
-        with resume.starting_at(plan.keras, self, position), steps.observed(self, step_ends):
+        _progress_from_the_chief_only(engine, args_)
+        with resume.starting_at(plan.keras, self, fit_callbacks.position), \
+                steps.observed(self, fit_callbacks.step_ends):
             history = orig_fit(*bound.args, **bound.kwargs)
         if backup is not None:
-            try:
-                stages.record(stage.checkpoint_dir, history, fit_signature, engine.rank,
-                              lambda path: checkpoint.save_weights_locally(plan, self, path), plan.keras == "keras3")
-            except Exception as exc:  # noqa: BLE001 - OSError, h5py's and TensorFlow's own errors for a full disk
-                log().warning(f"fit {stage_number}'s end state was not recorded ({checkpoint.why(exc)}): a rerun "
-                              "trains it again")
+            _record_stage(engine, stage, stage_number, self, history, fit_signature)
         return history
 
     @_once
@@ -130,6 +108,78 @@ def install_hooks(engine: Engine, keras: Any, tf: Any) -> None:
     compile.__wrapped_original__ = orig_compile
     model_cls.fit, model_cls.compile, model_cls.save = fit, compile, functools.wraps(orig_save)(save)
     model_cls._distrain_hooked = True
+
+
+def _restore_finished_stage(engine: Engine, keras: Any, stage: Any, stage_number: int, model: Any, arguments: dict,
+                            finished: Any) -> Any:
+    """A fit that finished in an earlier attempt: its end state restored (stages.py), its History returned."""
+    _say(engine, f"fit {stage_number} finished in an earlier attempt: its end state is restored, not trained again")
+    resume.build_from_input(model, arguments)
+    return stages.restore(stage.checkpoint_dir, finished, model, keras, engine.rank)
+
+
+def _progress_from_the_chief_only(engine: Engine, arguments: dict) -> None:
+    if engine.rank != 0:
+        arguments["verbose"] = 0
+    elif "verbose" not in arguments and not sys.stdout.isatty():
+        arguments["verbose"] = 2  # one line per epoch in batch logs instead of a progress bar per step
+
+
+def _record_stage(engine: Engine, stage: Any, stage_number: int, model: Any, history: Any, signature: Any) -> None:
+    """A fit that ended: its end state recorded (stages.py), so that a rerun restores it instead of training it."""
+    plan = engine.plan
+    try:
+        stages.record(stage.checkpoint_dir, history, signature, engine.rank,
+                      lambda path: checkpoint.save_weights_locally(plan, model, path), plan.keras == "keras3")
+    except Exception as exc:  # noqa: BLE001 - OSError, h5py's and TensorFlow's own errors for a full disk
+        log().warning(f"fit {stage_number}'s end state was not recorded ({checkpoint.why(exc)}): a rerun trains it "
+                      "again")
+
+
+@dataclasses.dataclass(frozen=True)
+class FitCallbacks:
+    """What one fit runs with: its callbacks in order, the step observers, the backup and the input's position."""
+    callbacks: list
+    step_ends: steps.StepEnds
+    backup: checkpoint.Backup | None
+    position: resume.Position | None
+
+
+@dataclasses.dataclass(frozen=True)
+class _InputFacts:
+    """Where what is learnt of fit's input goes: one line for the log, the datasets made evened."""
+    note: Callable[[str], None]
+    evened: batches.EvenedInputs
+
+
+def _compose_callbacks(engine: Engine, keras: Any, tf: Any, stage: Any, stage_number: int, model: Any,
+                       arguments: dict, user: list, own_backup: bool, facts: _InputFacts) -> FitCallbacks:
+    """Each concern built with all it needs: sync (identical non-trainable state), the backup (checkpoint.py) on
+    the positioned input (resume.py), the agreed stop (stopping.py), the stall watchdog (stalls.py); those with
+    per-step work (steps.ObservesSteps) observe the train function, not a batch callback."""
+    before, after = _horovod_callbacks(engine, keras, user), []
+    broadcasts = tuple(c for c in before + user if hasattr(c, "register_local_var")) if engine.hvd else ()
+    average = sync.make_callback(keras, tf, engine, stage, broadcasts) if engine.size > 1 else None
+    if average is not None:  # identical BN statistics on every rank; before Horovod's broadcast callbacks,
+        before.insert(0, average)  # to keep that state out of them (sync.py)
+    backup = position = None
+    if stage.checkpoint_dir and not own_backup:
+        position = _position_input(engine, stage, model, arguments, user, facts)
+        own = (average.save_own, average.restore_own) if average is not None else (None, None)
+        backup = checkpoint.make_backup_callback(stage, keras, stage_number, tuple(user),
+                                                 checkpoint.BackupHooks(position, *own))
+        for lost in callback_state.not_restorable(user):
+            _say(engine, f"a resume cannot give back {lost}: they are those of the epochs since it")
+        after.append(backup)
+    stop = stopping.make_callback(stage, keras, tf, engine, backup)
+    after.append(stop)
+    if engine.plan.elastic:  # the ranks now: Horovod elastic renumbers them in a reset (never under distrain launch)
+        configure_log(f"[{engine.rank}/{engine.size}] ")
+    watch = stalls.make_callback(engine.plan, keras)
+    step_ends = steps.StepEnds([c.step_ended for c in (watch, backup, stop) if isinstance(c, steps.ObservesSteps)])
+    # first of all: an epoch's end is a pause for the stall watchdog before the script's callbacks run
+    callbacks = [steps.make_callback(keras, step_ends), watch, *before, *user, *after]
+    return FitCallbacks(callbacks, step_ends, backup, position)
 
 
 def _horovod_optimizer(engine: Engine, plan: Any, optimizer: Any) -> Any:
@@ -173,11 +223,16 @@ def _say(engine: Engine, line: str) -> None:
         log().info(line)
 
 
-def _note_input(engine: Engine, line: str) -> None:
-    """One line on what was done with fit's input, from the chief, once."""
-    if engine.plan.is_chief and not getattr(_inside, "noted_input", False):
-        _inside.noted_input = True
-        log().info(f"input: {line}")
+class _InputNote:
+    """One line on what was done with fit's input, from the chief, once in the run (whatever the fits)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine, self.said = engine, False
+
+    def __call__(self, line: str) -> None:
+        if self.engine.plan.is_chief and not self.said:
+            self.said = True
+            log().info(f"input: {line}")
 
 
 def _splits_batches_between_ranks(engine: Engine, model: Any, user_callbacks: list) -> bool:
@@ -190,10 +245,11 @@ def _splits_batches_between_ranks(engine: Engine, model: Any, user_callbacks: li
     return not (own_optimizer or any(type(c).__module__.startswith("horovod") for c in user_callbacks))
 
 
-def _adapt_input(engine: Engine, keras: Any, model: Any, arguments: dict, user_callbacks: list) -> None:
+def _adapt_input(engine: Engine, keras: Any, model: Any, arguments: dict, user_callbacks: list,
+                 note: Callable[[str], None], position: resume.Position | None) -> None:
     if _splits_batches_between_ranks(engine, model, user_callbacks):
-        batches.adapt_fit_arguments(arguments, keras, rank=engine.rank, size=engine.size,
-                                    note=lambda line: _note_input(engine, line))
+        batches.adapt_fit_arguments(arguments, keras, rank=engine.rank, size=engine.size, note=note,
+                                    rank_share=position is not None and position.rank_share)
 
 
 def _stage_plan(plan: Any, stage: int) -> Any:
@@ -205,8 +261,8 @@ def _stage_plan(plan: Any, stage: int) -> Any:
     return dataclasses.replace(plan, checkpoint_dir=directory)
 
 
-def _position_input(engine: Engine, plan: Any, model: Any, arguments: dict,
-                    user_callbacks: list) -> resume.Position | None:
+def _position_input(engine: Engine, plan: Any, model: Any, arguments: dict, user_callbacks: list,
+                    facts: _InputFacts) -> resume.Position | None:
     """Exact resume's input (resume.py), cut into this rank's shares where zero-code Horovod splits batches."""
     if engine.hvd is not None and engine.size > 1 and not _splits_batches_between_ranks(engine, model,
                                                                                           user_callbacks):
@@ -214,44 +270,42 @@ def _position_input(engine: Engine, plan: Any, model: Any, arguments: dict,
     rank, size = (engine.rank, engine.size) if engine.hvd is not None else (0, 1)
     return resume.position_input(arguments, keras_family=plan.keras, checkpoint_dir=plan.checkpoint_dir,
                                  rank=rank, size=size, replicas=engine.replicas,
-                                 note=lambda line: _note_input(engine, line))
+                                 note=facts.note, evened=facts.evened)
 
 
 def _adopt_horovod_tensorflow_api(engine: Engine) -> None:
     """Keras 3 variables for Horovod's TensorFlow API (compat/keras3_horovod), in any mode the script uses it."""
     from .compat import keras3_horovod
-    from .runtime import STATE
 
     try:
         import horovod.tensorflow as hvd
     except ImportError:
         return  # the script's own import will say so
-    if keras3_horovod.adopt_tensorflow_api(hvd, STATE.keras) and engine.plan.is_chief:
+    if keras3_horovod.adopt_tensorflow_api(hvd, engine.keras) and engine.plan.is_chief:
         log().info("Keras 3 variables handed to Horovod's TensorFlow API as tf.Variables (no .ref())")
 
 
 def run_script(script: str, argv: list[str], engine: Engine | None) -> None:
     """Execute `script` as __main__ with sys.argv = [script, *argv], like `python script args`."""
-    from .runtime import STATE
-
     if engine is not None and engine.plan.hooks:
-        install_hooks(engine, STATE.keras, STATE.tf)
-        adopt.install_strategy_adoption(engine, engine.plan, STATE.tf)
+        evened = batches.EvenedInputs()
+        install_hooks(engine, engine.keras, engine.tf, evened)
+        adopt.install_strategy_adoption(engine, engine.plan, engine.tf)
         if engine.strategy is not None:
-            batches.even_out_input(engine.strategy)
+            batches.even_out_input(engine.strategy, evened)
         if engine.plan.keras == "keras3" and (engine.hvd is not None or engine.plan.script_uses_horovod_tf):
             _adopt_horovod_tensorflow_api(engine)
         if engine.hvd is not None and engine.size > 1 and engine.plan.script_uses_horovod_tf:
             import horovod.tensorflow as hvd
 
-            sync.average_moving_statistics_in_custom_loops(hvd, STATE.tf)
+            sync.average_moving_statistics_in_custom_loops(hvd, engine.tf)
         if engine.plan.gpus_visible:
             from .compat import script_gpu_pinning
 
-            script_gpu_pinning.install(STATE.tf, engine.local_rank)
+            script_gpu_pinning.install(engine.tf, engine.local_rank)
         stopping.install(engine.plan)
     elif engine is not None and engine.strategy is not None:
-        STATE.tf.distribute.experimental_set_strategy(None)
+        engine.tf.distribute.experimental_set_strategy(None)
         log().info("hooks off: the script runs as is, without the default strategy or hooks")
     sys.argv = [script, *argv]
     sys.path.insert(0, os.path.dirname(script))

@@ -6,6 +6,7 @@ TensorFlow is imported; the engine is built after.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -92,12 +93,10 @@ def setup(plan: Plan | None = None, checked: bool = False) -> Engine:
         if fixes and plan.is_chief:
             log.get().info(f"Keras {sys.modules['keras'].__version__} fixes for distributed fit: {'; '.join(fixes)}")
     devices.configure(plan, tf)
-    engine = build(plan, tf)
+    engine = dataclasses.replace(build(plan, tf), tf=tf, keras=tf.keras)
     if engine.strategy is not None:
         tf.distribute.experimental_set_strategy(engine.strategy)
-    STATE.tf = tf
-    STATE.keras = tf.keras
-    STATE.engine = engine
+    STATE.tf, STATE.keras, STATE.engine = tf, tf.keras, engine  # for the public API (__init__) and the benchmarks
     STATE.phases["strategy"] = time.time()  # MWM: the workers have all joined (the rendezvous is in build)
     for warning in plan.warnings:
         log.get().warning(warning)

@@ -16,6 +16,8 @@ class Engine:
     strategy: Any = None
     hvd: Any = None
     peers: tuple[str, ...] = ()  # host:port per rank that answers while that rank lives (plan.cluster for MWM)
+    tf: Any = None  # the tensorflow module and the Keras setup chose (runtime.setup): what the hooks patch
+    keras: Any = None
 
     @property
     def rank(self) -> int:

@@ -412,14 +412,30 @@ def evened_for_replicas(dataset: Any, replicas: int) -> Any:
     return dataset
 
 
-def even_out_input(strategy: Any) -> None:
-    """Make `strategy.experimental_distribute_dataset` even out a short last batch first (see the module doc)."""
+class EvenedInputs:
+    """The datasets distrain made whose every epoch already ends in a batch that splits cleanly (resume.py evens
+    each epoch before repeating it): `even_out_input` leaves them as they are. Known by identity, for the run:
+    nothing is set on the datasets themselves (a later transform would drop it silently)."""
+
+    def __init__(self) -> None:
+        self._datasets: dict[int, Any] = {}
+
+    def add(self, dataset: Any) -> None:
+        self._datasets[id(dataset)] = dataset  # held, so that its id is never another's
+
+    def __contains__(self, dataset: Any) -> bool:
+        return self._datasets.get(id(dataset)) is dataset
+
+
+def even_out_input(strategy: Any, evened: EvenedInputs) -> None:
+    """Make `strategy.experimental_distribute_dataset` even out a short last batch first (see the module doc),
+    but for the datasets in `evened`."""
     original = strategy.experimental_distribute_dataset
     if getattr(original, "_distrain_evens", False) or strategy.num_replicas_in_sync < 2:
         return
 
     def distribute(dataset: Any, *args: Any, **kwargs: Any) -> Any:
-        if not getattr(dataset, "_distrain_evened", False):  # resume.py evens each epoch before repeating it
+        if dataset not in evened:
             dataset = evened_for_replicas(dataset, strategy.num_replicas_in_sync)
         return original(dataset, *args, **kwargs)
 
@@ -427,9 +443,11 @@ def even_out_input(strategy: Any) -> None:
     strategy.experimental_distribute_dataset = distribute
 
 
-def adapt_fit_arguments(arguments: dict, keras: Any, *, rank: int, size: int, note: Callable[[str], None]) -> None:
+def adapt_fit_arguments(arguments: dict, keras: Any, *, rank: int, size: int, note: Callable[[str], None],
+                        rank_share: bool = False) -> None:
     """Rewrite fit's bound arguments in place so that this rank of `size` trains on its share of each global batch
-    (zero-code Horovod); `note` gets one line on what was done."""
+    (zero-code Horovod); `note` gets one line on what was done. rank_share: the input is already this rank's
+    share (exact resume's pipeline, resume.py)."""
     x = arguments.get("x")
     batch_size = arguments.get("batch_size") or 32
     done = ""
@@ -437,7 +455,7 @@ def adapt_fit_arguments(arguments: dict, keras: Any, *, rank: int, size: int, no
     if arrays_given and arguments.get("y") is None and arguments.get("sample_weight") is not None:
         note("sample_weight without y: the input is not split, every rank trains on all of it")
         return
-    if getattr(x, "_distrain_rank_share", False):  # exact resume's pipeline (resume.py) already cut this rank's share
+    if rank_share:
         done = "batches positioned for exact resume taken as global batches"
     elif arrays_given:
         arrays = take_validation_split(arguments)

@@ -22,7 +22,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from .. import runs, workdirs
 from ..engines import Engine
@@ -131,235 +131,252 @@ class BackupHooks:
         return self.expected is not None
 
 
+class Backup(Protocol):
+    """What the fit hook and the stop (stopping.py) use of a backup callback, whichever Keras family's (a
+    `steps.ObservesSteps` too where it counts steps): its schedule, and a checkpoint written now that says where
+    a resume starts (None: not written)."""
+
+    save_freq: Any  # "epoch", or DISTRAIN_CHECKPOINT_EVERY's number of steps
+
+    def save_now(self, epoch: int, batch: int) -> str | None: ...
+
+
 def make_backup_callback(plan: Plan, keras: Any, stage: int = 1, script_callbacks: tuple = (),
-                         hooks: BackupHooks = BackupHooks()) -> Any:
+                         hooks: BackupHooks = BackupHooks()) -> Backup:
     """A backup-and-restore callback for this plan (built lazily: it needs the Keras module setup chose), for the
     script's fit number `stage`, whose checkpoints are in plan.checkpoint_dir (runner.py: runs.stage_dir); the
     counters of `script_callbacks` go with every checkpoint (callback_state.py); `hooks`: what the fit hook knows
     when it builds it."""
     if plan.keras == "keras3":
-        return _keras3_backup(plan, keras, stage, script_callbacks, hooks)
+        logic, base = (Keras3TimedBackup if plan.checkpoint_every else Keras3Backup), keras.callbacks.Callback
+    else:
+        logic, base = TfKerasBackup, keras.callbacks.BackupAndRestore
+    return type(logic.__name__, (logic, base), {})(plan, stage, script_callbacks, hooks)
 
-    class Backup(keras.callbacks.BackupAndRestore):
-        """BackupAndRestore that survives a corrupt newest checkpoint and is written by the chief alone."""
 
-        def __init__(self) -> None:
-            super().__init__(backup_dir=plan.checkpoint_dir, save_freq=plan.checkpoint_every or "epoch")
-            self._position, self.written, self._averaged = (0, 0), False, False
-            self.exact, self.expected = hooks.exact, hooks.expected
-            self.before_write, self.after_restore = hooks.before_write, hooks.after_restore
+class TfKerasBackup:
+    """tf_keras' BackupAndRestore (mixed in by `make_backup_callback`) that survives a corrupt newest checkpoint
+    and is written by the chief alone."""
 
-        def on_train_begin(self, logs: Any = None) -> None:
-            self._batch_begun: int | None = None
-            self._restore_guarded(super().on_train_begin)
-            state = self._training_state
-            if not plan.is_chief:
-                state.delete_backup = lambda: None  # the chief's directory (Horovod: the one all ranks share)
-            for manager in {id(m): m for m in (state.read_checkpoint_manager, state.write_checkpoint_manager)}.values():
-                manager._max_to_keep = 2  # keep one older checkpoint to fall back to
+    def __init__(self, plan: Plan, stage: int, script_callbacks: tuple, hooks: BackupHooks) -> None:
+        super().__init__(backup_dir=plan.checkpoint_dir, save_freq=plan.checkpoint_every or "epoch")
+        self.plan, self.stage, self.script_callbacks = plan, stage, script_callbacks
+        self.chief_dir = runs.chief_dir(plan.checkpoint_dir)
+        self._position, self.written, self._averaged = (0, 0), False, False
+        self.exact, self.expected = hooks.exact, hooks.expected
+        self.before_write, self.after_restore = hooks.before_write, hooks.after_restore
 
-        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            self._position, self._averaged = (epoch + 1, 0), True  # sync.py's callback averaged just before
+    def on_train_begin(self, logs: Any = None) -> None:
+        self._batch_begun: int | None = None
+        self._restore_guarded(super().on_train_begin)
+        state = self._training_state
+        if not self.plan.is_chief:
+            state.delete_backup = lambda: None  # the chief's directory (Horovod: the one all ranks share)
+        for manager in {id(m): m for m in (state.read_checkpoint_manager, state.write_checkpoint_manager)}.values():
+            manager._max_to_keep = 2  # keep one older checkpoint to fall back to
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self._position, self._averaged = (epoch + 1, 0), True  # sync.py's callback averaged just before
+        try:
+            super().on_epoch_end(epoch, logs)
+        finally:
+            self._averaged = False
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        # tf_keras assigns the step to its saved-batch variable before every step: an eager op (on a mirrored
+        # variable under MWM: 0.4 ms, 4% of a small model's step on two CPU workers) for a value only read
+        # back from a checkpoint. Kept as a number here, and assigned in `_backup`, once per checkpoint.
+        if hasattr(self._training_state, "_ckpt_saved_batch"):
+            self._batch_begun = batch
+        else:  # a tf_keras that records it otherwise: leave it as it is
+            super().on_train_batch_begin(batch, logs)
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        if self.save_freq == "epoch":
+            # tf_keras asks for no batch hooks then (_implements_train_batch_hooks); they run only because
+            # another callback wants them. The position is set where a checkpoint is written (on_epoch_end,
+            # save_now): 15 µs a step saved in place
+            return
+        self._position = _after(self, self._current_epoch, batch)
+        super().on_train_batch_end(batch, logs)
+
+    def _backup(self, epoch: int, batch: int = 0) -> None:
+        if self.before_write is not None and not self._averaged:
+            self.before_write(self._position)  # every rank is here: a timed checkpoint, a stop (stopping.py)
+        if not self.plan.is_chief:
+            # only the chief writes. Under MWM tf_keras has every worker write a copy (to a temp dir it then
+            # deletes), because reading an ON_READ variable is a collective all must join; the chief reads
+            # them locally instead (compat/adopt.local_reads): metrics, reset at every epoch's start, and
+            # the moving statistics, averaged just before. A first write cost every worker 0.2 s of CPU
+            # (cProfile, #21); now the others 2 ms, the chief 0.17 s
+            self.written = True
+            return
+        if self._batch_begun is not None:
+            self._training_state._ckpt_saved_batch.assign(self._batch_begun)  # as tf_keras' own hook left it
+        with _local_reads(self.plan):
+            self.written = _write_guarded(lambda: super(TfKerasBackup, self)._backup(epoch=epoch, batch=batch),
+                                          self.chief_dir)
+        if self.written:
+            if newest := newest_checkpoint(self.chief_dir):
+                runs.write_position(newest, *self._position)
+                callback_state.write(newest, self.script_callbacks)
+            workdirs.make_tree_private(self.backup_dir)  # TensorFlow writes with the umask: make it 0600/0700
+
+    def _restore_guarded(self, begin: Callable[..., Any]) -> None:
+        while True:
             try:
-                super().on_epoch_end(epoch, logs)
-            finally:
-                self._averaged = False
-
-        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-            # tf_keras assigns the step to its saved-batch variable before every step: an eager op (on a mirrored
-            # variable under MWM: 0.4 ms, 4% of a small model's step on two CPU workers) for a value only read
-            # back from a checkpoint. Kept as a number here, and assigned in `_backup`, once per checkpoint.
-            if hasattr(self._training_state, "_ckpt_saved_batch"):
-                self._batch_begun = batch
-            else:  # a tf_keras that records it otherwise: leave it as it is
-                super().on_train_batch_begin(batch, logs)
-
-        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            if self.save_freq == "epoch":
-                # tf_keras asks for no batch hooks then (_implements_train_batch_hooks); they run only because
-                # another callback wants them. The position is set where a checkpoint is written (on_epoch_end,
-                # save_now): 15 µs a step saved in place
-                return
-            self._position = _after(self, self._current_epoch, batch)
-            super().on_train_batch_end(batch, logs)
-
-        def _backup(self, epoch: int, batch: int = 0) -> None:
-            if self.before_write is not None and not self._averaged:
-                self.before_write(self._position)  # every rank is here: a timed checkpoint, a stop (stopping.py)
-            if not plan.is_chief:
-                # only the chief writes. Under MWM tf_keras has every worker write a copy (to a temp dir it then
-                # deletes), because reading an ON_READ variable is a collective all must join; the chief reads
-                # them locally instead (compat/adopt.local_reads): metrics, reset at every epoch's start, and
-                # the moving statistics, averaged just before. A first write cost every worker 0.2 s of CPU
-                # (cProfile, #21); now the others 2 ms, the chief 0.17 s
-                self.written = True
-                return
-            if self._batch_begun is not None:
-                self._training_state._ckpt_saved_batch.assign(self._batch_begun)  # as tf_keras' own hook left it
-            chief_dir = runs.chief_dir(self.backup_dir)
-            with _local_reads(plan):
-                self.written = _write_guarded(lambda: super(Backup, self)._backup(epoch=epoch, batch=batch),
-                                              chief_dir)
-            if self.written:
-                if newest := newest_checkpoint(chief_dir):
-                    runs.write_position(newest, *self._position)
-                    callback_state.write(newest, script_callbacks)
-                workdirs.make_tree_private(self.backup_dir)  # TensorFlow writes with the umask: make it 0600/0700
-
-        def _restore_guarded(self, begin: Callable[..., Any]) -> None:
-            chief_dir = runs.chief_dir(self.backup_dir)
-            while True:
-                try:
-                    begin()
-                    break
-                except Exception as exc:  # noqa: BLE001 - TF raises many types for a corrupt checkpoint
-                    newest = newest_checkpoint(chief_dir)
-                    if newest is None:
-                        raise
-                    log().warning(f"checkpoint {newest} is unreadable ({type(exc).__name__}); falling back")
-                    _drop_checkpoint(chief_dir, newest)
-                    _refuse_if_positioned_elsewhere(self, plan)
-            epoch = int(self._training_state._ckpt_saved_epoch.numpy())
-            if epoch < 0:
-                return
-            callback_state.restore(newest_checkpoint(chief_dir) or "", script_callbacks)
-            position = runs.read_position(plan.checkpoint_dir)
-            if position and self.exact and self.after_restore is not None:
-                self.after_restore((position["epoch"], position["step"]))
-            if plan.is_chief:
-                at = runs.describe(**position, stage=stage) if position else f"the end of epoch {epoch + 1}"
-                log().info(f"resumed from checkpoint in {chief_dir}: training goes on at {at}")
-
-        def save_now(self, epoch: int, batch: int) -> str | None:
-            """Write a checkpoint now (a signal, a timed checkpoint); say where a resume starts, None if it failed."""
-            if self.save_freq == "epoch" and not self.exact:
-                # epoch-level resume restarts at saved_epoch + 1: mark the interrupted epoch as not done
-                self._training_state._ckpt_saved_epoch.assign(epoch - 1)
-                self._position = (epoch, 0)
-                self._backup(epoch=epoch - 1)
-                where = f"the start of epoch {epoch + 1}, with its partial progress"
-            else:
-                self._position = _after(self, epoch, batch)
-                self._backup(epoch=epoch, batch=batch)
-                where = runs.describe(*self._position, stage=stage)
-            return where if self.written else None
-
-    return Backup()
-
-
-def _keras3_backup(plan: Plan, keras: Any, stage: int, script_callbacks: tuple, hooks: BackupHooks) -> Any:
-    """distrain's backup-and-restore for Keras 3, whose own BackupAndRestore writes one file from every worker at
-    once, not atomically, and keeps no older copy to fall back to. Same layout and rules as the tf_keras one:
-    `<dir>/chief/ckpt-N.weights.h5` (weights and optimizer state) + `ckpt-N.json` (epochs done), written by the
-    chief only (temp + rename), the last two kept, an unreadable newest one moved aside. Resume is at an epoch
-    start: with DISTRAIN_CHECKPOINT_EVERY, an interrupted epoch restarts with its partial progress."""
-    chief_dir = runs.chief_dir(plan.checkpoint_dir)
-
-    class Keras3Backup(keras.callbacks.Callback):
-        def __init__(self) -> None:
-            super().__init__()
-            self.save_freq: Any = plan.checkpoint_every or "epoch"
-            self._epoch = 0
-            self._steps = 0  # steps trained in this fit
-            self._last_batch = -1  # the last batch of the epoch in progress that a step ended at
-            self._due = False  # DISTRAIN_CHECKPOINT_EVERY steps passed since the last timed checkpoint
-            self.exact, self.expected = hooks.exact, hooks.expected
-            self.before_write, self.after_restore = hooks.before_write, hooks.after_restore
-
-        def on_train_begin(self, logs: Any = None) -> None:
-            while True:
-                newest = newest_checkpoint(chief_dir)
+                begin()
+                break
+            except Exception as exc:  # noqa: BLE001 - TF raises many types for a corrupt checkpoint
+                newest = newest_checkpoint(self.chief_dir)
                 if newest is None:
-                    return
-                try:
-                    optimizer = self.model.optimizer
-                    if optimizer is not None and not optimizer.built:
-                        optimizer.build(self.model.trainable_variables)
-                    self.model.load_weights(newest + ".weights.h5")
-                    with open(newest + ".json") as handle:
-                        done = int(json.load(handle)["epochs_done"])
-                    break
-                except Exception as exc:  # noqa: BLE001 - h5py/json/Keras raise many types for a bad file
-                    log().warning(f"checkpoint {newest} is unreadable ({type(exc).__name__}); falling back")
-                    _drop_checkpoint(chief_dir, newest)
-                    _refuse_if_positioned_elsewhere(self, plan)
-            self.model._initial_epoch = done
-            callback_state.restore(newest, script_callbacks)
-            position = runs.read_position(plan.checkpoint_dir) if self.exact else None
-            if position and self.after_restore is not None:
-                self.after_restore((position["epoch"], position["step"]))
-            if plan.is_chief:
-                at = runs.describe(**position, stage=stage) if position else runs.describe(done, 0, stage)
-                log().info(f"resumed from checkpoint in {chief_dir}: training goes on at {at}")
+                    raise
+                log().warning(f"checkpoint {newest} is unreadable ({type(exc).__name__}); falling back")
+                _drop_checkpoint(self.chief_dir, newest)
+                _refuse_if_positioned_elsewhere(self, self.plan)
+        epoch = int(self._training_state._ckpt_saved_epoch.numpy())
+        if epoch < 0:
+            return
+        callback_state.restore(newest_checkpoint(self.chief_dir) or "", self.script_callbacks)
+        position = runs.read_position(self.plan.checkpoint_dir)
+        if position and self.exact and self.after_restore is not None:
+            self.after_restore((position["epoch"], position["step"]))
+        if self.plan.is_chief:
+            at = runs.describe(**position, stage=self.stage) if position else f"the end of epoch {epoch + 1}"
+            log().info(f"resumed from checkpoint in {self.chief_dir}: training goes on at {at}")
 
-        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            self._epoch, self._last_batch = epoch, -1
+    def save_now(self, epoch: int, batch: int) -> str | None:
+        """Write a checkpoint now (a signal, a timed checkpoint); say where a resume starts, None if it failed."""
+        if self.save_freq == "epoch" and not self.exact:
+            # epoch-level resume restarts at saved_epoch + 1: mark the interrupted epoch as not done
+            self._training_state._ckpt_saved_epoch.assign(epoch - 1)
+            self._position = (epoch, 0)
+            self._backup(epoch=epoch - 1)
+            where = f"the start of epoch {epoch + 1}, with its partial progress"
+        else:
+            self._position = _after(self, epoch, batch)
+            self._backup(epoch=epoch, batch=batch)
+            where = runs.describe(*self._position, stage=self.stage)
+        return where if self.written else None
 
-        if plan.checkpoint_every:  # only then a step observer (runner.py adds it to steps.StepEnds), a batch hook
-            def step_ended(self, batch: int) -> None:
-                """After each train-function call, with the last batch it ran (steps.py): with steps_per_execution
-                above 1, Keras 3.3's batch hooks run once a call with the call's first batch, so the steps are
-                counted, and the position taken, here."""
-                before, self._steps = self._steps, self._steps + batch - self._last_batch
-                self._last_batch = batch
-                self._due = self._due or before // self.save_freq != self._steps // self.save_freq
 
-            def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-                # written here, after the script's own batch-end callbacks, as a callback placed last would
-                if self._due:
-                    self._due = False
-                    epoch, last = self._epoch, self._last_batch
-                    self._save(*_after(self, epoch, last)) if self.exact else self._save(epoch)
 
-        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            if self.save_freq == "epoch":
-                self._save(epoch + 1, averaged=True)  # sync.py's callback averaged just before
+class Keras3Backup:
+    """distrain's backup-and-restore for Keras 3 (mixed into its Callback class by `make_backup_callback`), whose
+    own BackupAndRestore writes one file from every worker at once, not atomically, and keeps no older copy to
+    fall back to. Same layout and rules as the tf_keras one: `<dir>/chief/ckpt-N.weights.h5` (weights and
+    optimizer state) + `ckpt-N.json` (epochs done), written by the chief only (temp + rename), the last two kept,
+    an unreadable newest one moved aside. Resume is at an epoch start: with DISTRAIN_CHECKPOINT_EVERY, an
+    interrupted epoch restarts with its partial progress."""
 
-        def on_train_end(self, logs: Any = None) -> None:
-            if plan.is_chief:
-                shutil.rmtree(chief_dir, ignore_errors=True)
+    def __init__(self, plan: Plan, stage: int, script_callbacks: tuple, hooks: BackupHooks) -> None:
+        super().__init__()
+        self.plan, self.stage, self.script_callbacks = plan, stage, script_callbacks
+        self.chief_dir = runs.chief_dir(plan.checkpoint_dir)
+        self.save_freq: Any = self.plan.checkpoint_every or "epoch"
+        self._epoch = 0
+        self._steps = 0  # steps trained in this fit
+        self._last_batch = -1  # the last batch of the epoch in progress that a step ended at
+        self._due = False  # DISTRAIN_CHECKPOINT_EVERY steps passed since the last timed checkpoint
+        self.exact, self.expected = hooks.exact, hooks.expected
+        self.before_write, self.after_restore = hooks.before_write, hooks.after_restore
 
-        def _save(self, epochs_done: int, step: int = 0, averaged: bool = False) -> bool:
-            if self.before_write is not None and not averaged:
-                self.before_write((epochs_done, step))  # every rank is here: a timed checkpoint, a stop
-            if not plan.is_chief:
-                return True  # the chief reads locally: nothing collective for the others to join
-            os.makedirs(chief_dir, mode=0o700, exist_ok=True)
-            newest = newest_checkpoint(chief_dir)
-            number = checkpoint_number(newest) + 1 if newest else 1
-            prefix = os.path.join(chief_dir, f"ckpt-{number}")
+    def on_train_begin(self, logs: Any = None) -> None:
+        while True:
+            newest = newest_checkpoint(self.chief_dir)
+            if newest is None:
+                return
+            try:
+                optimizer = self.model.optimizer
+                if optimizer is not None and not optimizer.built:
+                    optimizer.build(self.model.trainable_variables)
+                self.model.load_weights(newest + ".weights.h5")
+                with open(newest + ".json") as handle:
+                    done = int(json.load(handle)["epochs_done"])
+                break
+            except Exception as exc:  # noqa: BLE001 - h5py/json/Keras raise many types for a bad file
+                log().warning(f"checkpoint {newest} is unreadable ({type(exc).__name__}); falling back")
+                _drop_checkpoint(self.chief_dir, newest)
+                _refuse_if_positioned_elsewhere(self, self.plan)
+        self.model._initial_epoch = done
+        callback_state.restore(newest, self.script_callbacks)
+        position = runs.read_position(self.plan.checkpoint_dir) if self.exact else None
+        if position and self.after_restore is not None:
+            self.after_restore((position["epoch"], position["step"]))
+        if self.plan.is_chief:
+            at = runs.describe(**position, stage=self.stage) if position else runs.describe(done, 0, self.stage)
+            log().info(f"resumed from checkpoint in {self.chief_dir}: training goes on at {at}")
 
-            def write() -> None:
-                tmp = os.path.join(chief_dir, f".tmp-{os.getpid()}.weights.h5")
-                try:
-                    with _local_reads(plan):
-                        self.model.save_weights(tmp)
-                    os.replace(tmp, prefix + ".weights.h5")
-                    runs.write_position(prefix, epochs_done, step)
-                    callback_state.write(prefix, script_callbacks)
-                    with open(prefix + ".json.tmp", "w") as handle:
-                        json.dump({"epochs_done": epochs_done}, handle)
-                    os.replace(prefix + ".json.tmp", prefix + ".json")  # last: without it there is no checkpoint
-                finally:
-                    _remove(tmp)
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self._epoch, self._last_batch = epoch, -1
 
-            if not _write_guarded(write, chief_dir):
-                return False
-            for old in sorted(glob.glob(os.path.join(chief_dir, "ckpt-*.json")), key=checkpoint_number)[:-2]:
-                for path in glob.glob(old[: -len(".json")] + ".*"):
-                    _remove(path)
-            workdirs.make_tree_private(chief_dir)
-            return True
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        if self.save_freq == "epoch":
+            self._save(epoch + 1, averaged=True)  # sync.py's callback averaged just before
 
-        def save_now(self, epoch: int, batch: int) -> str | None:
-            if self.exact:
-                position = _after(self, epoch, batch)
-                return runs.describe(*position, stage=stage) if self._save(*position) else None
-            if not self._save(epoch):
-                return None
-            return f"the start of epoch {epoch + 1}, with its partial progress"
+    def on_train_end(self, logs: Any = None) -> None:
+        if self.plan.is_chief:
+            shutil.rmtree(self.chief_dir, ignore_errors=True)
 
-    return Keras3Backup()
+    def _save(self, epochs_done: int, step: int = 0, averaged: bool = False) -> bool:
+        if self.before_write is not None and not averaged:
+            self.before_write((epochs_done, step))  # every rank is here: a timed checkpoint, a stop
+        if not self.plan.is_chief:
+            return True  # the chief reads locally: nothing collective for the others to join
+        os.makedirs(self.chief_dir, mode=0o700, exist_ok=True)
+        newest = newest_checkpoint(self.chief_dir)
+        number = checkpoint_number(newest) + 1 if newest else 1
+        prefix = os.path.join(self.chief_dir, f"ckpt-{number}")
+
+        def write() -> None:
+            tmp = os.path.join(self.chief_dir, f".tmp-{os.getpid()}.weights.h5")
+            try:
+                with _local_reads(self.plan):
+                    self.model.save_weights(tmp)
+                os.replace(tmp, prefix + ".weights.h5")
+                runs.write_position(prefix, epochs_done, step)
+                callback_state.write(prefix, self.script_callbacks)
+                with open(prefix + ".json.tmp", "w") as handle:
+                    json.dump({"epochs_done": epochs_done}, handle)
+                os.replace(prefix + ".json.tmp", prefix + ".json")  # last: without it there is no checkpoint
+            finally:
+                _remove(tmp)
+
+        if not _write_guarded(write, self.chief_dir):
+            return False
+        for old in sorted(glob.glob(os.path.join(self.chief_dir, "ckpt-*.json")), key=checkpoint_number)[:-2]:
+            for path in glob.glob(old[: -len(".json")] + ".*"):
+                _remove(path)
+        workdirs.make_tree_private(self.chief_dir)
+        return True
+
+    def save_now(self, epoch: int, batch: int) -> str | None:
+        if self.exact:
+            position = _after(self, epoch, batch)
+            return runs.describe(*position, stage=self.stage) if self._save(*position) else None
+        if not self._save(epoch):
+            return None
+        return f"the start of epoch {epoch + 1}, with its partial progress"
+
+
+class Keras3TimedBackup(Keras3Backup):
+    """With DISTRAIN_CHECKPOINT_EVERY: a step observer (runner.py adds it to steps.StepEnds) and a batch hook,
+    which the epoch-only backup does without."""
+
+    def step_ended(self, batch: int) -> None:
+        """After each train-function call, with the last batch it ran (steps.py): with steps_per_execution
+        above 1, Keras 3.3's batch hooks run once a call with the call's first batch, so the steps are
+        counted, and the position taken, here."""
+        before, self._steps = self._steps, self._steps + batch - self._last_batch
+        self._last_batch = batch
+        self._due = self._due or before // self.save_freq != self._steps // self.save_freq
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        # written here, after the script's own batch-end callbacks, as a callback placed last would
+        if self._due:
+            self._due = False
+            epoch, last = self._epoch, self._last_batch
+            self._save(*_after(self, epoch, last)) if self.exact else self._save(epoch)
 
 
 def _after(callback: Any, epoch: int, batch: int) -> tuple[int, int]:

@@ -21,6 +21,7 @@ is said so at start-up and resumes at the start of the interrupted epoch, with i
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ from . import batches
 class Position:
     epoch: int  # 0-based: the epoch in progress
     step: int  # steps of it already trained
+    rank_share: bool = False  # the input is this rank's share of each global batch: batches.adapt_fit_arguments
+    # leaves it as it is
 
 
 def saved_position(checkpoint_dir: str) -> Position | None:
@@ -42,10 +45,11 @@ def saved_position(checkpoint_dir: str) -> Position | None:
 
 
 def position_input(arguments: dict, *, keras_family: str, checkpoint_dir: str, rank: int, size: int,
-                   replicas: int, note: Callable[[str], None]) -> Position | None:
+                   replicas: int, note: Callable[[str], None], evened: batches.EvenedInputs) -> Position | None:
     """Rewrite fit's bound arguments so that the input is positioned (see the module doc); the position this fit
     starts at, or None (said through `note`) when the input cannot be positioned. rank/size: this rank's share of
-    every global batch (zero-code Horovod), else 0/1; replicas: how many replicas each global batch feeds."""
+    every global batch (zero-code Horovod), else 0/1; replicas: how many replicas each global batch feeds;
+    `evened` learns the dataset made here (each epoch's last batch splits cleanly)."""
     saved = saved_position(checkpoint_dir)
     why_not = _why_not_positionable(arguments, keras_family, replicas)
     if saved is None and runs.newest_checkpoint(runs.chief_dir(checkpoint_dir)):
@@ -59,7 +63,7 @@ def position_input(arguments: dict, *, keras_family: str, checkpoint_dir: str, r
         dataset = arguments["x"]
         steps = int(dataset.cardinality())
         position = _within(start, steps, epochs)
-        dataset = _positioned_dataset(dataset, position, epochs, rank, size, replicas)
+        dataset, rank_share = _positioned_dataset(dataset, position, epochs, rank, size, replicas)
     else:
         batch_size = int(arguments.get("batch_size") or 32)
         arrays = batches.take_validation_split(arguments)
@@ -69,13 +73,12 @@ def position_input(arguments: dict, *, keras_family: str, checkpoint_dir: str, r
         dataset = batches.positioned_array_dataset(arrays, batch_size, shuffle, first_epoch=position.epoch,
                                                    epochs=epochs, skip=position.step, rank=rank, size=size,
                                                    replicas=replicas)
-        if size > 1:
-            dataset._distrain_rank_share = batch_size  # read by batches.adapt_fit_arguments
-    dataset._distrain_evened = True  # every epoch's last batch splits cleanly: batches.even_out_input
+        rank_share = size > 1
+    evened.add(dataset)
     for name in ("y", "sample_weight", "batch_size", "shuffle"):
         arguments.pop(name, None)
     arguments.update(x=dataset, steps_per_epoch=steps, initial_epoch=position.epoch)
-    return position
+    return dataclasses.replace(position, rank_share=rank_share)
 
 
 def build_before_restore(model: Any, arguments: dict, checkpoint_dir: str) -> None:
@@ -115,15 +118,17 @@ def _within(position: Position, steps: int, epochs: int) -> Position:
     return position
 
 
-def _positioned_dataset(dataset: Any, position: Position, epochs: int, rank: int, size: int, replicas: int) -> Any:
-    """The script's dataset, one epoch after the other from `position` on. `repeat` gives each epoch the order
-    Keras' new iterator per epoch gives (a seeded `shuffle(reshuffle_each_iteration=True)` draws its next order
-    for each new iterator), so the same run stopped or not trains the same batches; a resumed process creates
-    the iterators of the epochs done (nothing is read: that draws their orders) before it starts."""
-    per_epoch = dataset
+def _positioned_dataset(dataset: Any, position: Position, epochs: int, rank: int, size: int,
+                        replicas: int) -> tuple[Any, bool]:
+    """The script's dataset, one epoch after the other from `position` on, and whether it is this rank's share of
+    each batch. `repeat` gives each epoch the order Keras' new iterator per epoch gives (a seeded
+    `shuffle(reshuffle_each_iteration=True)` draws its next order for each new iterator), so the same run stopped
+    or not trains the same batches; a resumed process creates the iterators of the epochs done (nothing is read:
+    that draws their orders) before it starts."""
+    per_epoch, rank_share = dataset, False
     if size > 1 and not batches.is_sharded(dataset):  # zero-code Horovod: this rank's share of each batch
         per_epoch = batches.rank_slices(batches.even_out_last_batch(dataset, size), rank, size)
-        per_epoch._distrain_rank_share = True
+        rank_share = True
     elif replicas > 1:
         per_epoch = batches.evened_for_replicas(dataset, replicas)
     for _ in range(position.epoch):
@@ -133,8 +138,7 @@ def _positioned_dataset(dataset: Any, position: Position, epochs: int, rank: int
         # the length is left unknown (a filter that keeps everything): Keras 3.15 counts the steps passed over in
         # the resumed epoch (_keras3_skipping) against a known one and would end the last epoch that many early
         positioned = positioned.skip(position.step).filter(_keep)
-    positioned._distrain_rank_share = getattr(per_epoch, "_distrain_rank_share", False)
-    return positioned
+    return positioned, rank_share
 
 
 def _keep(*_element: Any) -> bool:

@@ -20,9 +20,17 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 StepObserver = Callable[[int], None]
+
+
+@runtime_checkable
+class ObservesSteps(Protocol):
+    """A fit concern with per-step work (the stall watchdog's clock, the stop check, a backup counting steps):
+    told after each train-function call, with the last batch it ran."""
+
+    def step_ended(self, batch: int) -> None: ...
 
 
 class StepEnds:

@@ -19,12 +19,15 @@ import math
 import signal
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import runs
 from ..errors import EXIT_PREEMPTED, DistrainError
 from ..log import get as log
 from ..plan import Plan
+
+if TYPE_CHECKING:
+    from .checkpoint import Backup
 
 CHIEF_CHECKPOINT_WAIT_SECONDS = 5.0  # how long the other ranks wait for the chief's stop checkpoint to appear
 
@@ -89,7 +92,7 @@ class AgreedStop:
     asks every rank at once (one small all-reduce) whether any got a signal and whether a timed checkpoint is due;
     then stops all of them at that step (checkpoint first), or writes the checkpoint."""
 
-    def __init__(self, plan: Plan, reduce_sum: Callable[[list[float]], list[float]], backup: Any) -> None:
+    def __init__(self, plan: Plan, reduce_sum: Callable[[list[float]], list[float]], backup: Backup | None) -> None:
         self.plan, self.reduce_sum, self.backup = plan, reduce_sum, backup
         self.timed = plan.checkpoint_minutes * 60 if backup is not None else 0.0
         self.epoch = 0
@@ -110,7 +113,7 @@ class AgreedStop:
         # an epoch end's pauses (validation, callbacks, the checkpoint) are time the step count does not see: the
         # next epoch's first step checks too, so a stop never waits for several short epochs
         self.next_check = min(self.next_check, self.steps + 1)
-        if self.backup is not None and getattr(self.backup, "save_freq", "epoch") == "epoch":
+        if self.backup is not None and self.backup.save_freq == "epoch":
             self.saved_at = time.monotonic()
 
     def step_ended(self, batch: int) -> None:
@@ -147,7 +150,7 @@ class AgreedStop:
         raise Preempted(FLAG.signame or "a signal on another rank", where, backup is not None)
 
 
-def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Any) -> Any:
+def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Backup | None) -> Any:
     """The callback that stops every rank at the same step once any rank got a signal (checkpoint first), and
     writes the timed checkpoints (DISTRAIN_CHECKPOINT_MINUTES) at steps all ranks agree on (AgreedStop). Under
     Horovod elastic, a callback that does nothing: no agreed stop, no checkpoints of distrain's (see `install`)."""

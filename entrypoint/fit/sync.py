@@ -21,6 +21,7 @@ Horovod fuses their all-reduce with the gradients'.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..compat.keras3_horovod import tf_variables
@@ -31,106 +32,119 @@ MOVING_STATISTICS = ("moving_mean", "moving_variance")  # BatchNormalization's, 
 
 
 def make_callback(keras: Any, tf: Any, engine: Any, plan: Any, broadcasts: tuple = ()) -> Any:
-    """plan: this fit's (its checkpoint directory: runner._stage_plan)."""
-    strategy = engine.strategy
+    """plan: this fit's (its checkpoint directory: runner._stage_plan); broadcasts: this fit's Horovod broadcast
+    callbacks (distrain's, the script's)."""
+    logic = AverageNonTrainableStateUnderHorovod if engine.hvd is not None else AverageNonTrainableState
+    callback = type(logic.__name__, (logic, keras.callbacks.Callback), {})  # the Keras family setup chose
+    return callback(tf, engine, plan, _averager(tf, engine), broadcasts)
 
-    def state(model: Any) -> list:
-        if not getattr(model, "built", True):  # a model built on its first batch has no variables yet
-            return []
-        return [v for v in tf_variables(model.non_trainable_variables) if v.dtype.is_floating]
 
+def _state(model: Any) -> list:
+    """The model's floating-point non-trainable variables (as tf.Variables under Keras 3)."""
+    if not getattr(model, "built", True):  # a model built on its first batch has no variables yet
+        return []
+    return [v for v in tf_variables(model.non_trainable_variables) if v.dtype.is_floating]
+
+
+def _averager(tf: Any, engine: Any) -> Callable[[list], None]:
+    """A function that sets each of these variables to its mean over the ranks (all ranks call it together)."""
     if engine.hvd is not None:
         import horovod.tensorflow as hvd  # its Keras module (tf_keras runs) has no grouped_allreduce
 
-        def average(variables: list) -> None:
+        def average_over_horovod(variables: list) -> None:
             values = hvd.grouped_allreduce([tf.identity(v) for v in variables], op=hvd.Average,
                                            name="distrain_state")
             for variable, value in zip(variables, values):
                 variable.assign(value)
-    else:
-        @tf.function
-        def _mean(variables: list) -> Any:
-            local = strategy.run(lambda: [tf.identity(v) for v in variables])
-            return [strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=None) for value in local]
 
-        def average(variables: list) -> None:
-            for variable, value in zip(variables, _mean(variables)):
+        return average_over_horovod
+    strategy = engine.strategy
+
+    @tf.function
+    def mean(variables: list) -> Any:
+        local = strategy.run(lambda: [tf.identity(v) for v in variables])
+        return [strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=None) for value in local]
+
+    def average_over_the_strategy(variables: list) -> None:
+        for variable, value in zip(variables, mean(variables)):
+            variable.assign(value)
+
+    return average_over_the_strategy
+
+
+class AverageNonTrainableState:
+    """The callback's logic, mixed into the Keras family's Callback class by `make_callback`."""
+
+    def __init__(self, tf: Any, engine: Any, plan: Any, average: Callable[[list], None], broadcasts: tuple) -> None:
+        super().__init__()
+        self.tf, self.engine, self.plan, self.average = tf, engine, plan, average
+        self._stepped = False  # an epoch began since the last average
+        self._kept_out = False  # this state is registered with the broadcasts (Horovod)
+        self.broadcasts = list(broadcasts)
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        self._kept_out = False
+        self.keep_out_of_broadcasts()
+
+    def keep_out_of_broadcasts(self) -> None:
+        """Horovod broadcasts rank 0's variables after a fit's first step. For this state that would drop the
+        other ranks' first step, at a resumed fit's first step instead of the run's: a resumed run would end
+        with other moving statistics than the run never stopped. Equal at this point (initial values, or
+        restored from the one checkpoint), averaged here: kept out of that broadcast. A model built on its
+        first batch has its variables only after that step: then at its end, before the broadcast (this
+        callback comes before Horovod's)."""
+        variables = _state(self.model) if self.broadcasts and not self._kept_out else []
+        for broadcast in self.broadcasts:
+            for variable in variables:
+                broadcast.register_local_var(variable)
+        self._kept_out = self._kept_out or bool(variables)
+
+    def average_now(self) -> None:
+        variables = _state(self.model)
+        if variables:
+            self.average(variables)
+
+    def save_own(self, position: tuple[int, int]) -> None:
+        """Before a checkpoint written mid-epoch (checkpoint.py's `before_write`), which every rank reaches:
+        the chief's holds its own state, so each rank keeps its own beside it (rank_state.py)."""
+        variables = _state(self.model)
+        if variables and self.plan.checkpoint_dir:
+            rank_state.save(self.plan.checkpoint_dir, position, self.engine.rank, self.engine.size,
+                            rank_state.local_values(variables, self.tf, mwm=self.engine.hvd is None))
+
+    def restore_own(self, position: tuple[int, int]) -> None:
+        """After the checkpoint at `position` was restored (checkpoint.py's `after_restore`)."""
+        variables = _state(self.model)
+        if not variables or not self.plan.checkpoint_dir:
+            return
+
+        def assign(values: list) -> None:
+            for variable, value in zip(variables, values):
                 variable.assign(value)
 
-    class AverageNonTrainableState(keras.callbacks.Callback):
-        def __init__(self) -> None:
-            super().__init__()
-            self._stepped = False  # an epoch began since the last average
-            self._kept_out = False  # this state is registered with the broadcasts (Horovod)
-            self.broadcasts = list(broadcasts)  # this fit's Horovod broadcast callbacks (distrain's, the script's)
+        done = rank_state.restore(self.plan.checkpoint_dir, position, self.engine.rank, self.engine.size, assign)
+        if done and self.plan.is_chief and "averaged" in done:
+            log().info(done)
 
-        def on_train_begin(self, logs: Any = None) -> None:
-            self._kept_out = False
-            self.keep_out_of_broadcasts()
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self._stepped = True
 
-        def keep_out_of_broadcasts(self) -> None:
-            """Horovod broadcasts rank 0's variables after a fit's first step. For this state that would drop the
-            other ranks' first step, at a resumed fit's first step instead of the run's: a resumed run would end
-            with other moving statistics than the run never stopped. Equal at this point (initial values, or
-            restored from the one checkpoint), averaged here: kept out of that broadcast. A model built on its
-            first batch has its variables only after that step: then at its end, before the broadcast (this
-            callback comes before Horovod's)."""
-            variables = state(self.model) if self.broadcasts and not self._kept_out else []
-            for broadcast in self.broadcasts:
-                for variable in variables:
-                    broadcast.register_local_var(variable)
-            self._kept_out = self._kept_out or bool(variables)
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self.average_now()
+        self._stepped = False
 
-        def average_now(self) -> None:
-            variables = state(self.model)
-            if variables:
-                average(variables)
-
-        def save_own(self, position: tuple[int, int]) -> None:
-            """Before a checkpoint written mid-epoch (checkpoint.py's `before_write`), which every rank reaches:
-            the chief's holds its own state, so each rank keeps its own beside it (rank_state.py)."""
-            variables = state(self.model)
-            if variables and plan.checkpoint_dir:
-                rank_state.save(plan.checkpoint_dir, position, engine.rank, engine.size,
-                                rank_state.local_values(variables, tf, mwm=engine.hvd is None))
-
-        def restore_own(self, position: tuple[int, int]) -> None:
-            """After the checkpoint at `position` was restored (checkpoint.py's `after_restore`)."""
-            variables = state(self.model)
-            if not variables or not plan.checkpoint_dir:
-                return
-
-            def assign(values: list) -> None:
-                for variable, value in zip(variables, values):
-                    variable.assign(value)
-
-            done = rank_state.restore(plan.checkpoint_dir, position, engine.rank, engine.size, assign)
-            if done and plan.is_chief and "averaged" in done:
-                log().info(done)
-
-        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            self._stepped = True
-
-        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+    def on_train_end(self, logs: Any = None) -> None:
+        if self._stepped:  # a fit that ended mid-epoch; after an epoch's end the state is already averaged
             self.average_now()
-            self._stepped = False
+        if self.plan.checkpoint_dir:
+            rank_state.remove(self.plan.checkpoint_dir, self.engine.rank)
 
-        def on_train_end(self, logs: Any = None) -> None:
-            if self._stepped:  # a fit that ended mid-epoch; after an epoch's end the state is already averaged
-                self.average_now()
-            if plan.checkpoint_dir:
-                rank_state.remove(plan.checkpoint_dir, engine.rank)
 
-    if engine.hvd is None:
-        return AverageNonTrainableState()
-
-    class AverageNonTrainableStateUnderHorovod(AverageNonTrainableState):
-        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            # Horovod's broadcast callback asks for batch hooks anyway; no batch hook under MWM
-            if not self._kept_out:
-                self.keep_out_of_broadcasts()
-
-    return AverageNonTrainableStateUnderHorovod()
+class AverageNonTrainableStateUnderHorovod(AverageNonTrainableState):
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        # Horovod's broadcast callback asks for batch hooks anyway; no batch hook under MWM
+        if not self._kept_out:
+            self.keep_out_of_broadcasts()
 
 
 def average_moving_statistics_in_custom_loops(hvd: Any, tf: Any) -> bool:

@@ -95,3 +95,34 @@ def test_the_check_finds_an_upward_import_and_a_circle_negative_control():
     found = violations(graph)
     assert any(v.startswith("plan (decision) imports runner (the run): upward") for v in found), found
     assert any(v.startswith("circle:") and "console" in v for v in found), found
+
+
+MAX_FUNCTION_LINES = 60  # one decision long; a nested class or function counts toward the one that holds it
+
+
+def long_functions(source: str) -> list[tuple[str, int]]:
+    """(name, lines) of each function of `source` longer than MAX_FUNCTION_LINES, methods included."""
+    found = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = child.end_lineno - child.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    found.append((child.name, lines))
+            elif isinstance(child, ast.ClassDef):
+                visit(child)
+
+    visit(ast.parse(source))
+    return found
+
+
+def test_no_function_in_the_package_is_over_60_lines():
+    too_long = {f"{path.relative_to(ROOT)}:{name}": lines for path in sorted(PACKAGE.rglob("*.py"))
+                for name, lines in long_functions(path.read_text())}
+    assert not too_long, too_long
+
+
+def test_the_length_check_counts_a_nested_class_negative_control():
+    nested = "def outer():\n    class Inner:\n" + "".join(f"        x{i} = {i}\n" for i in range(60))
+    assert long_functions(nested) == [("outer", 62)]
