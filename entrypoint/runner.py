@@ -49,9 +49,10 @@ def _outermost_only(inside: threading.local):  # noqa: ANN202
     return decorate
 
 
-def install_hooks(engine: Engine, keras: Any, tf: Any, evened: batches.EvenedInputs) -> None:
-    """Patch keras.Model's fit, compile and save for this engine (see the module doc). `evened`: the inputs exact
-    resume makes, which the strategy's dataset split leaves as they are (batches.even_out_input)."""
+def install_hooks(engine: Engine, keras: Any, tf: Any, evened: batches.EvenedInputs,
+                  signals: stopping.SignalFlag) -> None:
+    """Patch keras.Model's fit, compile and save for this engine (the module doc). `evened`: exact resume's inputs
+    (batches.even_out_input); `signals`: the stop signals caught (stopping.install)."""
     plan = engine.plan
     model_cls = keras.Model
     if getattr(model_cls, "_distrain_hooked", False):
@@ -78,7 +79,7 @@ def install_hooks(engine: Engine, keras: Any, tf: Any, evened: batches.EvenedInp
             if finished is not None:
                 return _restore_finished_stage(engine, keras, stage, stage_number, self, args_, finished)
         fit_callbacks = _compose_callbacks(engine, keras, tf, stage, stage_number, self, args_, user, own_backup,
-                                           _InputFacts(note_input, evened))
+                                           _InputFacts(note_input, evened), signals)
         args_["callbacks"] = fit_callbacks.callbacks
         _adapt_input(engine, keras, self, args_, user, note_input, fit_callbacks.position)
         backup = fit_callbacks.backup
@@ -153,7 +154,8 @@ class _InputFacts:
 
 
 def _compose_callbacks(engine: Engine, keras: Any, tf: Any, stage: Any, stage_number: int, model: Any,
-                       arguments: dict, user: list, own_backup: bool, facts: _InputFacts) -> FitCallbacks:
+                       arguments: dict, user: list, own_backup: bool, facts: _InputFacts,
+                       signals: stopping.SignalFlag) -> FitCallbacks:
     """Each concern built with all it needs: sync (identical non-trainable state), the backup (checkpoint.py) on
     the positioned input (resume.py), the agreed stop (stopping.py), the stall watchdog (stalls.py); those with
     per-step work (steps.ObservesSteps) observe the train function, not a batch callback."""
@@ -171,7 +173,7 @@ def _compose_callbacks(engine: Engine, keras: Any, tf: Any, stage: Any, stage_nu
         for lost in callback_state.not_restorable(user):
             _say(engine, f"a resume cannot give back {lost}: they are those of the epochs since it")
         after.append(backup)
-    stop = stopping.make_callback(stage, keras, tf, engine, backup)
+    stop = stopping.make_callback(stage, keras, tf, engine, backup, signals)
     after.append(stop)
     if engine.plan.elastic:  # the ranks now: Horovod elastic renumbers them in a reset (never under distrain launch)
         configure_log(f"[{engine.rank}/{engine.size}] ")
@@ -288,8 +290,8 @@ def _adopt_horovod_tensorflow_api(engine: Engine) -> None:
 def run_script(script: str, argv: list[str], engine: Engine | None) -> None:
     """Execute `script` as __main__ with sys.argv = [script, *argv], like `python script args`."""
     if engine is not None and engine.plan.hooks:
-        evened = batches.EvenedInputs()
-        install_hooks(engine, engine.keras, engine.tf, evened)
+        evened, signals = batches.EvenedInputs(), stopping.install(engine.plan)
+        install_hooks(engine, engine.keras, engine.tf, evened, signals)
         adopt.install_strategy_adoption(engine, engine.plan, engine.tf)
         if engine.strategy is not None:
             batches.even_out_input(engine.strategy, evened)
@@ -303,7 +305,6 @@ def run_script(script: str, argv: list[str], engine: Engine | None) -> None:
             from .compat import script_gpu_pinning
 
             script_gpu_pinning.install(engine.tf, engine.local_rank)
-        stopping.install(engine.plan)
     elif engine is not None and engine.strategy is not None:
         engine.tf.distribute.experimental_set_strategy(None)
         log().info("hooks off: the script runs as is, without the default strategy or hooks")

@@ -69,14 +69,14 @@ class SignalFlag:
         log().warning(f"received {name}: will checkpoint and stop within seconds, at a step all ranks agree on{more}")
 
 
-FLAG = SignalFlag()
-
-
-def install(plan: Plan) -> None:
-    """Catch the stop signals (SignalFlag). Not under Horovod elastic (plan._horovod_elastic): there a signal ends
-    only the worker it reached, and the others go on without it, as Horovod promises."""
+def install(plan: Plan) -> SignalFlag:
+    """Catch the stop signals (SignalFlag), for the fits' stop callbacks to read. Not under Horovod elastic
+    (plan.elastic): there a signal ends only the worker it reached, and the others go on without it, as Horovod
+    promises."""
+    flag = SignalFlag()
     if not plan.elastic:
-        FLAG.install()
+        flag.install()
+    return flag
 
 
 def ignore_stop_signals() -> None:
@@ -92,8 +92,9 @@ class AgreedStop:
     asks every rank at once (one small all-reduce) whether any got a signal and whether a timed checkpoint is due;
     then stops all of them at that step (checkpoint first), or writes the checkpoint."""
 
-    def __init__(self, plan: Plan, reduce_sum: Callable[[list[float]], list[float]], backup: Backup | None) -> None:
-        self.plan, self.reduce_sum, self.backup = plan, reduce_sum, backup
+    def __init__(self, plan: Plan, reduce_sum: Callable[[list[float]], list[float]], backup: Backup | None,
+                 flag: SignalFlag) -> None:
+        self.plan, self.reduce_sum, self.backup, self.flag = plan, reduce_sum, backup, flag
         self.timed = plan.checkpoint_minutes * 60 if backup is not None else 0.0
         self.epoch = 0
         self.steps = 0
@@ -103,11 +104,11 @@ class AgreedStop:
         self.saved_at = time.monotonic()
 
     def train_begin(self) -> None:
-        FLAG.in_fit = True
-        if FLAG.signame:  # a signal that came while fit was starting
-            FLAG.in_fit = False
+        self.flag.in_fit = True
+        if self.flag.signame:  # a signal that came while fit was starting
+            self.flag.in_fit = False
             ignore_stop_signals()
-            raise Preempted(FLAG.signame, None)
+            raise Preempted(self.flag.signame, None)
 
     def epoch_end(self) -> None:
         # an epoch end's pauses (validation, callbacks, the checkpoint) are time the step count does not see: the
@@ -126,7 +127,8 @@ class AgreedStop:
         step_time = (now - self.since) / self.steps_since
         due = 1.0 if plan.is_chief and self.timed and now - self.saved_at >= self.timed else 0.0
         # a count of ones, not plan.size: under MWM each local replica of a worker adds its copy
-        stop, step_times, checkpoint_due, count = self.reduce_sum([1.0 if FLAG.signame else 0.0, step_time, due, 1.0])
+        signalled = 1.0 if self.flag.signame else 0.0
+        stop, step_times, checkpoint_due, count = self.reduce_sum([signalled, step_time, due, 1.0])
         mean_step = step_times / count
         every = plan.stop_check_seconds
         self.next_check = self.steps + max(1, min(100_000, math.ceil(every / max(mean_step, 1e-6))))
@@ -147,10 +149,10 @@ class AgreedStop:
         if waits_for_chief:
             _wait_for_chief_checkpoint(plan, before)
         ignore_stop_signals()
-        raise Preempted(FLAG.signame or "a signal on another rank", where, backup is not None)
+        raise Preempted(self.flag.signame or "a signal on another rank", where, backup is not None)
 
 
-def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Backup | None) -> Any:
+def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Backup | None, flag: SignalFlag) -> Any:
     """The callback that stops every rank at the same step once any rank got a signal (checkpoint first), and
     writes the timed checkpoints (DISTRAIN_CHECKPOINT_MINUTES) at steps all ranks agree on (AgreedStop). Under
     Horovod elastic, a callback that does nothing: no agreed stop, no checkpoints of distrain's (see `install`)."""
@@ -161,7 +163,7 @@ def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Backup |
                 pass
 
         return NoAgreedStop()
-    logic = AgreedStop(plan, sum_over_ranks(plan, tf, engine), backup)
+    logic = AgreedStop(plan, sum_over_ranks(plan, tf, engine), backup, flag)
 
     class StopAndCheckpoint(keras.callbacks.Callback):
         def __init__(self) -> None:
@@ -173,7 +175,7 @@ def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Backup |
             logic.train_begin()
 
         def on_train_end(self, logs: Any = None) -> None:
-            FLAG.in_fit = False
+            flag.in_fit = False
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             logic.epoch = epoch

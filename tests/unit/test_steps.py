@@ -74,7 +74,8 @@ def test_distrains_callbacks_ask_keras_for_no_per_step_work(keras, tmp_path, mon
     monkeypatch.setenv("DISTRAIN_WORK_DIR", str(tmp_path))
     plan = detect({"DISTRAIN_CHECKPOINT": "0"}, gpus=[])
     model = tiny_model(keras, 1)
-    watch, stop = stalls.make_callback(plan, keras), stopping.make_callback(plan, keras, None, None, None)
+    watch, stop = stalls.make_callback(plan, keras), stopping.make_callback(plan, keras, None, None, None,
+                                                                            stopping.SignalFlag())
     distrains = [steps.make_callback(keras, steps.StepEnds([watch.step_ended, stop.step_ended])), watch, stop]
 
     class PerBatch(keras.callbacks.Callback):  # the negative control: a callback with a batch hook
