@@ -27,8 +27,7 @@ VENV=${DISTRAIN_VENV:-.venv}
 "$VENV/bin/shellcheck" .ci/run scripts/*.sh jobs/*.job jobs/lib.sh tests/cluster/*.sh tests/gpu/*.sh || exit 1
 stage_done "lint"
 # 2 pytest-xdist workers, one per core: much of the suite waits on timers, rendezvous and Slurm, and a second
-# worker fills that time. A third made it slower (40 % of the tests after 38 min, against all in 24.5 min with 2,
-# the cores busy throughout). tests/conftest.py keeps the Slurm and container tests together on one worker.
+# worker fills that time; tests/conftest.py keeps the Slurm and container tests together on one of them.
 # DISTRAIN_TEST_WORKERS=0 runs it all in one process.
 WORKERS=${DISTRAIN_TEST_WORKERS:-2}
 "$VENV/bin/python" -m pytest -n "$WORKERS" "$@"
