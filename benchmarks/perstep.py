@@ -79,13 +79,15 @@ def callbacks() -> dict:
     from entrypoint.fit import stalls, stopping
     from entrypoint.runtime import STATE
 
-    plan, engine, keras = STATE.plan, STATE.engine, STATE.keras
+    plan, engine = STATE.plan, STATE.engine
+    keras = engine.keras
     calls = 2_000 if args.smoke else 100_000
     if not plan.checkpoint_dir:
         raise SystemExit("perstep callbacks: run with DISTRAIN_CHECKPOINT=1, its callback is timed too")
     return {"callbacks_us_per_step": {
         "stall watchdog": callback_cost(stalls.make_callback(plan, keras), calls),
-        "stop check": callback_cost(stopping.make_callback(plan, keras, tf, engine, None), calls),
+        "stop check": callback_cost(stopping.make_callback(plan, keras, tf, engine, None, stopping.SignalFlag()),
+                                    calls),
         "checkpoint": callback_cost(checkpoint_callback(plan, keras, calls), calls)}}
 
 

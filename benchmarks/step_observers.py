@@ -53,7 +53,8 @@ class AsBatchCallback(keras.callbacks.Callback):
 
 
 def epoch(way: str) -> float:
-    watch, stop = stalls.make_callback(plan, keras), stopping.make_callback(plan, keras, tf, None, None)
+    watch, stop = stalls.make_callback(plan, keras), stopping.make_callback(plan, keras, tf, None, None,
+                                                                            stopping.SignalFlag())
     step_ends = steps.StepEnds([watch.step_ended, stop.step_ended])
     callbacks = {"none": [],
                  "batch callback": [watch, stop, AsBatchCallback([watch.step_ended, stop.step_ended])],

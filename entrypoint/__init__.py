@@ -36,9 +36,7 @@ def strategy() -> Any:
     engine = _engine()
     if engine.strategy is not None:
         return engine.strategy
-    from .runtime import STATE
-
-    return STATE.tf.distribute.get_strategy()
+    return engine.tf.distribute.get_strategy()
 
 
 def rank() -> int:
@@ -70,9 +68,7 @@ def scale_lr(lr: float, warmup_epochs: int = 0) -> Any:
     target = lr * engine.replicas
     if not warmup_epochs:
         return target
-    from .runtime import STATE
-
-    keras = STATE.keras
+    keras = engine.keras
 
     class Warmup(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:

@@ -11,7 +11,6 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from . import devices, log
 from .engines import Engine, build
@@ -22,9 +21,7 @@ from .plan import Plan, detect
 @dataclass
 class _State:
     plan: Plan | None = None
-    engine: Engine | None = None
-    keras: Any = None
-    tf: Any = None
+    engine: Engine | None = None  # its tf and keras too (Engine.tf, Engine.keras)
     phases: dict[str, float] = field(default_factory=dict)  # wall time each start-up phase ended (benchmarks)
 
 
@@ -96,7 +93,7 @@ def setup(plan: Plan | None = None, checked: bool = False) -> Engine:
     engine = dataclasses.replace(build(plan, tf), tf=tf, keras=tf.keras)
     if engine.strategy is not None:
         tf.distribute.experimental_set_strategy(engine.strategy)
-    STATE.tf, STATE.keras, STATE.engine = tf, tf.keras, engine  # for the public API (__init__) and the benchmarks
+    STATE.engine = engine  # for the public API (__init__) and the benchmarks
     STATE.phases["strategy"] = time.time()  # MWM: the workers have all joined (the rendezvous is in build)
     for warning in plan.warnings:
         log.get().warning(warning)

@@ -35,8 +35,7 @@ from . import batches
 class Position:
     epoch: int  # 0-based: the epoch in progress
     step: int  # steps of it already trained
-    rank_share: bool = False  # the input is this rank's share of each global batch: batches.adapt_fit_arguments
-    # leaves it as it is
+    rank_share: bool = False  # the input is already this rank's share of each batch (batches.adapt_fit_arguments)
 
 
 def saved_position(checkpoint_dir: str) -> Position | None:

@@ -157,12 +157,7 @@ def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Backup |
     writes the timed checkpoints (DISTRAIN_CHECKPOINT_MINUTES) at steps all ranks agree on (AgreedStop). Under
     Horovod elastic, a callback that does nothing: no agreed stop, no checkpoints of distrain's (see `install`)."""
     if plan.elastic:
-
-        class NoAgreedStop(keras.callbacks.Callback):
-            def step_ended(self, batch: int) -> None:
-                pass
-
-        return NoAgreedStop()
+        return keras.callbacks.Callback()  # no step_ended: nothing is done per step
     logic = AgreedStop(plan, sum_over_ranks(plan, tf, engine), backup, flag)
 
     class StopAndCheckpoint(keras.callbacks.Callback):

@@ -67,9 +67,7 @@ def _model(keras: Any, name: str, size: int, classes: int) -> Any:
 
 def run_bench(engine: Engine, config: BenchConfig, baseline: dict | None = None) -> BenchResult:
     """Train on synthetic data for warmup + steps; time each step after the warm-up on every rank."""
-    from ..runtime import STATE
-
-    tf, keras = STATE.tf, STATE.keras
+    tf, keras = engine.tf, engine.keras
     if config.model not in MODELS:
         from ..errors import ConfigError
 
