@@ -55,13 +55,15 @@ def results(output: str) -> list[dict[str, str]]:
     return [dict(kv.split("=", 1) for kv in m.group(1).split()) for m in RESULT.finditer(output)]
 
 
-def assert_trained_in_sync(output: str, workers: int) -> list[dict[str, str]]:
-    """Every worker finished, the loss fell, and all ended with bit-identical weights."""
+def assert_trained_in_sync(output: str, workers: int, loss_before: float | None = None) -> list[dict[str, str]]:
+    """Every worker finished, the loss fell, and all ended with bit-identical weights.
+    loss_before: a resumed run's loss at its start, before the stop; the loss must end below it (the resumed part
+    alone may be a single epoch, whose first and last loss are one number)."""
     found = results(output)
     assert len(found) == workers, output[-3000:]
     assert len({r["weights"] for r in found}) == 1, f"workers diverged: {found}"
     for r in found:
-        assert float(r["loss_last"]) < float(r["loss_first"]), r
+        assert float(r["loss_last"]) < (float(r["loss_first"]) if loss_before is None else loss_before), r
     return found
 
 

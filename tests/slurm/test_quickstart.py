@@ -30,7 +30,7 @@ def test_a_job_stopped_without_requeue_resumes_with_the_command_its_log_prints(s
     log = project / f"distrain-mwm-{job_id}.out"
     runs = [DISTRAIN, "runs", "--json"]  # the user's output dir ($SCRATCH/distrain), as on the login node
     try:
-        wait_for_text(log, "Epoch 3/")
+        wait_for_text(log, "Epoch 2/")  # one epoch's loss logged: where the loss has to fall from
         running = json.loads(subprocess.run(runs, env=env, capture_output=True, text=True).stdout)
         signalled_in = int(re.findall(r"Epoch (\d+)/12", log.read_text())[-1])  # the listing took some epochs
         subprocess.run(["scancel", "--signal=TERM", job_id], env=env, check=True)
@@ -40,6 +40,7 @@ def test_a_job_stopped_without_requeue_resumes_with_the_command_its_log_prints(s
     assert [(r["live"], r["state"].split(" on ")[0]) for r in running] == [(True, f"running as job {job_id}")], running
     text = log.read_text()
     assert "stopped on SIGTERM after saving a checkpoint" in text, text[-3000:]
+    loss_at_start = float(re.search(r"loss: ([\d.]+)", text).group(1))
     # the last line says exactly what to type: the job's own sbatch options and job name, from the submit dir
     resume = re.search(r"to resume, submit it again: (.+)", text).group(1)
     stopped = json.loads(subprocess.run(runs, env=env, capture_output=True, text=True).stdout)
@@ -59,7 +60,9 @@ def test_a_job_stopped_without_requeue_resumes_with_the_command_its_log_prints(s
     # the signal came in epoch `signalled_in` of 1-second epochs: the stop is within seconds, not epochs later
     assert signalled_in <= stopped_in <= signalled_in + 2, (signalled_in, text[-3000:])
     assert int(re.search(r"Epoch (\d+)/12", text).group(1)) == stopped_in, text[-3000:]
-    assert_trained_in_sync(text, workers=2)
+    # under load the stop can come late in the 12 epochs, leaving the resumed job a single one: the loss is
+    # checked over the whole run, from the first epoch before the stop to the last after it
+    assert_trained_in_sync(text, workers=2, loss_before=loss_at_start)
 
 
 def test_bad_input_to_a_job_is_one_line_and_exit_2_before_srun(slurm, tmp_path):
