@@ -13,9 +13,12 @@ never the last ones; and a reshuffling input replays epoch 1's order in a new pr
   BackupAndRestore would load; Keras 3: the first S steps of the epoch iterator are passed over before any batch
   is read).
 
+An endless dataset with fit's steps_per_epoch is one stream read through one iterator for the whole fit: a
+resume at epoch E, step S leaves out E * steps_per_epoch + S batches of it.
+
 Checkpoints record (E, S) beside the weights (runs.write_position). Input that cannot be positioned (a Python
-generator, a Sequence, a dataset of unknown length or shuffled without a seed, a script's own steps_per_epoch)
-is said so at start-up and resumes at the start of the interrupted epoch, with its partial progress.
+generator, a Sequence, a dataset of unknown length or shuffled without a seed, steps_per_epoch over input that
+ends) is said so at start-up and resumes at the start of the interrupted epoch, with its partial progress.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from typing import Any
 
 from .. import runs
 from . import batches
+
+_ENDLESS = -1  # tf.data.INFINITE_CARDINALITY
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,11 @@ def position_input(arguments: dict, *, keras_family: str, checkpoint_dir: str, r
         return None
     epochs = int(arguments.get("epochs") or 1)
     start = saved or Position(int(arguments.get("initial_epoch") or 0), 0)
-    if batches.is_dataset(arguments["x"]):
+    if batches.is_dataset(arguments["x"]) and arguments.get("steps_per_epoch"):  # an endless stream
+        steps = int(arguments["steps_per_epoch"])
+        position = _within(start, steps, epochs)
+        dataset, rank_share = _positioned_stream(arguments["x"], position, steps, rank, size, replicas)
+    elif batches.is_dataset(arguments["x"]):
         dataset = arguments["x"]
         steps = int(dataset.cardinality())
         position = _within(start, steps, epochs)
@@ -124,12 +133,7 @@ def _positioned_dataset(dataset: Any, position: Position, epochs: int, rank: int
     `shuffle(reshuffle_each_iteration=True)` draws its next order for each new iterator), so the same run stopped
     or not trains the same batches; a resumed process creates the iterators of the epochs done (nothing is read:
     that draws their orders) before it starts."""
-    per_epoch, rank_share = dataset, False
-    if size > 1 and not batches.is_sharded(dataset):  # zero-code Horovod: this rank's share of each batch
-        per_epoch = batches.rank_slices(batches.even_out_last_batch(dataset, size), rank, size)
-        rank_share = True
-    elif replicas > 1:
-        per_epoch = batches.evened_for_replicas(dataset, replicas)
+    per_epoch, rank_share = _this_ranks_batches(dataset, rank, size, replicas)
     for _ in range(position.epoch):
         iter(per_epoch)
     positioned = per_epoch.repeat(epochs - position.epoch)
@@ -140,6 +144,25 @@ def _positioned_dataset(dataset: Any, position: Position, epochs: int, rank: int
     return positioned, rank_share
 
 
+def _positioned_stream(dataset: Any, position: Position, steps_per_epoch: int, rank: int, size: int,
+                       replicas: int) -> tuple[Any, bool]:
+    """An endless dataset (`shuffle(seed).repeat().batch`, Horovod's and TensorFlow's examples) with fit's
+    `steps_per_epoch`: Keras reads it through one iterator for the whole fit, so its position is the count of
+    global batches trained, and the resumed stream starts past them (each one still made and dropped)."""
+    stream, rank_share = _this_ranks_batches(dataset, rank, size, replicas)
+    passed = position.epoch * steps_per_epoch + position.step
+    return (stream.skip(passed) if passed else stream), rank_share
+
+
+def _this_ranks_batches(dataset: Any, rank: int, size: int, replicas: int) -> tuple[Any, bool]:
+    """The script's batches as this rank trains them, and whether they are its share of each global batch."""
+    if size > 1 and not batches.is_sharded(dataset):  # zero-code Horovod: this rank's share of each batch
+        return batches.rank_slices(batches.even_out_last_batch(dataset, size), rank, size), True
+    if replicas > 1:
+        return batches.evened_for_replicas(dataset, replicas), False
+    return dataset, False
+
+
 def _keep(*_element: Any) -> bool:
     return True
 
@@ -148,18 +171,21 @@ def _why_not_positionable(arguments: dict, keras_family: str, replicas: int) -> 
     x = arguments.get("x")
     if keras_family == "keras3" and _keras3_step_generator() is None:
         return "this Keras 3 has no epoch iterator distrain knows how to start mid-epoch"
-    if arguments.get("steps_per_epoch"):
-        return "the script sets steps_per_epoch"
     if x is not None and batches.is_dataset(x):
         length = int(x.cardinality())
-        if length < 1:
+        stream = bool(arguments.get("steps_per_epoch"))
+        if length < 1 and not (length == _ENDLESS and stream):
             return f"a tf.data dataset of {'endless' if length == -1 else 'unknown'} length is not positioned"
         if unseeded_shuffle(x):
             return "the dataset shuffles without a seed (give shuffle a seed, or call tf.random.set_seed)"
+        if stream and length != _ENDLESS:
+            return "steps_per_epoch over a dataset that ends is not positioned (over an endless one it is)"
         if keras_family == "keras3" and replicas > 1 and not _keras_version().startswith("3.3."):
             # measured on Keras 3.15.1 with TensorFlow 2.21 under MWM: the resumed epoch trained another order
             return f"Keras {_keras_version()} with several replicas and a tf.data dataset is not positioned yet"
         return None
+    if arguments.get("steps_per_epoch"):
+        return "steps_per_epoch over input that is not an endless tf.data dataset is not positioned"
     if x is None or not batches.is_array_input(x):
         return f"input of type {type(x).__name__} is not positioned by distrain"
     if arguments.get("y") is None and arguments.get("sample_weight") is not None:

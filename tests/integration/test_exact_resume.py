@@ -1,6 +1,7 @@
 """A stop is invisible: stopped mid-epoch and resumed, a run trains the very batches, in the very order, and ends
 with the very weights of the same run never stopped, bit for bit: single, MWM x2 and Horovod x2, both Keras
-families, numpy input with shuffle=True and a tf.data dataset reshuffled every epoch, a model with its input
+families, numpy input with shuffle=True, a tf.data dataset reshuffled every epoch and an endless one read in
+epochs of fit's steps_per_epoch (Horovod's and TensorFlow's examples), a model with its input
 shape and one built on its first batch (tests/integration/scripts/exact_resume.py records every sample it trains
 on), covered pairwise: every pair of values in some case. With a BatchNormalization layer, its moving statistics
 too: each rank updates its own from its batches until the epoch's end averages them; a mid-epoch checkpoint keeps
@@ -48,18 +49,22 @@ def every_sample(ids: dict[str, list[str]]) -> list[int]:
 # on TensorFlow 2.21, whose Keras 3.15 epoch iterator is the other one resume.py starts mid-epoch.
 PAIRWISE = [("numpy", "single", "keras3", "input-shape"), ("tfdata", "single", "legacy", "built-on-first-batch"),
             ("numpy", "mwm", "keras3", "built-on-first-batch"), ("tfdata", "mwm", "legacy", "input-shape"),
-            ("numpy", "horovod", "legacy", "built-on-first-batch"), ("tfdata", "horovod", "keras3", "input-shape")]
-CORE = {PAIRWISE[0], PAIRWISE[2], PAIRWISE[3]}
+            ("numpy", "horovod", "legacy", "built-on-first-batch"), ("tfdata", "horovod", "keras3", "input-shape"),
+            ("stream", "single", "keras3", "built-on-first-batch"), ("stream", "mwm", "legacy", "input-shape"),
+            ("stream", "horovod", "keras3", "input-shape")]
+CORE = {PAIRWISE[0], PAIRWISE[2], PAIRWISE[3], PAIRWISE[6]}
+STREAM_SAMPLES = 3 * (100 // 16) * 16  # the stream's first 288 samples: 3 epochs of 6 batches of 16
 
 
 def cases():
-    product = itertools.product(("numpy", "tfdata"), LAUNCHERS, KERAS_FAMILIES, ("input-shape", "built-on-first-batch"))
+    product = itertools.product(("numpy", "tfdata", "stream"), LAUNCHERS, KERAS_FAMILIES,
+                                ("input-shape", "built-on-first-batch"))
     for case in (product if FULL_TIER else PAIRWISE):
         yield pytest.param(*case, marks=[pytest.mark.core] if case in CORE else [], id="-".join(case))
 
 
 def skip_where_not_positioned(data: str, mode: str, family: str) -> None:
-    if (data, family) == ("tfdata", "keras3") and mode != "single" and not keras.__version__.startswith("3.3."):
+    if data != "numpy" and family == "keras3" and mode != "single" and not keras.__version__.startswith("3.3."):
         pytest.skip("not positioned on newer Keras 3 with several replicas: the run says so and resumes at the "
                     "epoch start (resume._why_not_positionable)")
 
@@ -94,7 +99,10 @@ def test_a_run_stopped_mid_epoch_resumes_exactly_where_it_was(tmp_path, data, mo
     reference, stopped_and_resumed = trained_ids(tmp_path / "a"), trained_ids(tmp_path / "b")
     assert len(reference) == (1 if mode == "single" else 2)
     assert stopped_and_resumed == reference  # the same batches in the same order: nothing repeated or skipped
-    assert every_sample(reference) == sorted(list(range(100)) * 3)  # 3 epochs of 100, split between the ranks
+    if data == "stream":  # the stream's first 288 samples, every one of the 100 in them
+        assert len(every_sample(reference)) == STREAM_SAMPLES and set(every_sample(reference)) == set(range(100))
+    else:
+        assert every_sample(reference) == sorted(list(range(100)) * 3)  # 3 epochs of 100, split between the ranks
     for kept in ("weights.npy", "statistics.npy"):  # every weight, the moving statistics included, bit for bit
         assert np.array_equal(np.load(tmp_path / "a" / kept), np.load(tmp_path / "b" / kept)), kept
 

@@ -26,8 +26,9 @@ parser.add_argument("--epochs", type=int, default=3)
 parser.add_argument("--samples", type=int, default=100)
 parser.add_argument("--batch-size", type=int, default=16)
 parser.add_argument("--steps-per-execution", type=int, default=1)
-parser.add_argument("--input", choices=["numpy", "tfdata"], default="numpy",
-                    help="numpy arrays with shuffle=True, or a tf.data dataset with a seeded per-epoch reshuffle")
+parser.add_argument("--input", choices=["numpy", "tfdata", "stream"], default="numpy",
+                    help="numpy arrays with shuffle=True, a tf.data dataset with a seeded per-epoch reshuffle, or "
+                         "an endless one (shuffle(seed).repeat().batch) with fit's steps_per_epoch")
 parser.add_argument("--batch-norm", action="store_true",
                     help="a BatchNormalization layer; its moving statistics go to DIR/statistics.npy, apart")
 parser.add_argument("--no-input-shape", action="store_true", help="a Sequential built on its first batch")
@@ -100,9 +101,13 @@ callbacks = [StopAt(*map(int, stop_at.split(":")), crash="CRASH_AT" in os.enviro
                     kill="KILL_AT" in os.environ)] if stop_at else []
 if args.input == "numpy":
     model.fit(x, y, batch_size=args.batch_size, epochs=args.epochs, shuffle=True, callbacks=callbacks)
-else:
+elif args.input == "tfdata":
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(args.samples, seed=7).batch(args.batch_size)
     model.fit(dataset, epochs=args.epochs, callbacks=callbacks)
+else:  # Horovod's and TensorFlow's examples: an endless stream, epochs of steps_per_epoch batches (batches
+    # straddle the passes over the samples)
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(args.samples, seed=7).repeat().batch(args.batch_size)
+    model.fit(dataset, epochs=args.epochs, steps_per_epoch=args.samples // args.batch_size, callbacks=callbacks)
 if args.batch_norm:  # the weights, and apart the moving statistics: read on every rank (under MWM tf_keras
     # reading them is a collective), written by the chief
     weights = np.concatenate([w.numpy().ravel() for w in model.trainable_weights])
