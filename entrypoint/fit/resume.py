@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import runs
-from . import batches
+from . import batches, skip_beneath
 
 _ENDLESS = -1  # tf.data.INFINITE_CARDINALITY
 
@@ -66,12 +66,12 @@ def position_input(arguments: dict, *, keras_family: str, checkpoint_dir: str, r
     if batches.is_dataset(arguments["x"]) and arguments.get("steps_per_epoch"):  # an endless stream
         steps = int(arguments["steps_per_epoch"])
         position = _within(start, steps, epochs)
-        dataset, rank_share = _positioned_stream(arguments["x"], position, steps, rank, size, replicas)
+        dataset, rank_share = _positioned_stream(arguments["x"], position, steps, rank, size, replicas, note)
     elif batches.is_dataset(arguments["x"]):
         dataset = arguments["x"]
         steps = int(dataset.cardinality())
         position = _within(start, steps, epochs)
-        dataset, rank_share = _positioned_dataset(dataset, position, epochs, rank, size, replicas)
+        dataset, rank_share = _positioned_dataset(dataset, position, epochs, rank, size, replicas, note)
     else:
         batch_size = int(arguments.get("batch_size") or 32)
         arrays = batches.take_validation_split(arguments)
@@ -126,32 +126,48 @@ def _within(position: Position, steps: int, epochs: int) -> Position:
     return position
 
 
-def _positioned_dataset(dataset: Any, position: Position, epochs: int, rank: int, size: int,
-                        replicas: int) -> tuple[Any, bool]:
+def _positioned_dataset(dataset: Any, position: Position, epochs: int, rank: int, size: int, replicas: int,
+                        note: Callable[[str], None]) -> tuple[Any, bool]:
     """The script's dataset, one epoch after the other from `position` on, and whether it is this rank's share of
     each batch. `repeat` gives each epoch the order Keras' new iterator per epoch gives (a seeded
     `shuffle(reshuffle_each_iteration=True)` draws its next order for each new iterator), so the same run stopped
     or not trains the same batches; a resumed process creates the iterators of the epochs done (nothing is read:
-    that draws their orders) before it starts."""
+    that draws their orders) before it starts. The resumed epoch is the script's pipeline with its first batches
+    left out beneath the stages that make them (skip_beneath.py), the same order: its iterator draws it."""
     per_epoch, rank_share = _this_ranks_batches(dataset, rank, size, replicas)
     for _ in range(position.epoch):
         iter(per_epoch)
-    positioned = per_epoch.repeat(epochs - position.epoch)
-    if position.step:  # no stage that does nothing in every fresh run: a stage costs CPU on every batch
-        # the length is left unknown (a filter that keeps everything): Keras 3.15 counts the steps passed over in
-        # the resumed epoch (_keras3_skipping) against a known one and would end the last epoch that many early
-        positioned = positioned.skip(position.step).filter(_keep)
-    return positioned, rank_share
+    if not position.step:  # no stage that does nothing in every fresh run: a stage costs CPU on every batch
+        return per_epoch.repeat(epochs - position.epoch), rank_share
+    first = _without_first_batches(dataset, position.step, int(dataset.cardinality()), rank, size, replicas, note)
+    # the length is left unknown (a filter that keeps everything): Keras 3.15 counts the steps passed over in the
+    # resumed epoch (_keras3_skipping) against a known one and would end the last epoch that many early
+    return first.concatenate(per_epoch.repeat(epochs - position.epoch - 1)).filter(_keep), rank_share
 
 
 def _positioned_stream(dataset: Any, position: Position, steps_per_epoch: int, rank: int, size: int,
-                       replicas: int) -> tuple[Any, bool]:
+                       replicas: int, note: Callable[[str], None]) -> tuple[Any, bool]:
     """An endless dataset (`shuffle(seed).repeat().batch`, Horovod's and TensorFlow's examples) with fit's
     `steps_per_epoch`: Keras reads it through one iterator for the whole fit, so its position is the count of
-    global batches trained, and the resumed stream starts past them (each one still made and dropped)."""
+    global batches trained, and the resumed stream starts past them."""
     stream, rank_share = _this_ranks_batches(dataset, rank, size, replicas)
     passed = position.epoch * steps_per_epoch + position.step
-    return (stream.skip(passed) if passed else stream), rank_share
+    if not passed:
+        return stream, rank_share
+    return _without_first_batches(dataset, passed, None, rank, size, replicas, note), rank_share
+
+
+def _without_first_batches(dataset: Any, count: int, steps: int | None, rank: int, size: int, replicas: int,
+                           note: Callable[[str], None]) -> Any:
+    """This rank's batches of `dataset` but its first `count`, left out beneath the stages that make them where
+    the pipeline allows it (said where not). Where batches are split between replicas, the epoch's last two are
+    made as before: evening out the last one (batches.even_out_last_batch) takes from the one before it."""
+    beneath = count if steps is None or (size == 1 and replicas == 1) else min(count, max(steps - 2, 0))
+    first, why = skip_beneath.skip_batches(dataset, beneath)
+    if why:
+        note(f"the {beneath} batches a resume passes over are made again before its first step: {why}")
+    first, _ = _this_ranks_batches(first, rank, size, replicas)
+    return first.skip(count - beneath) if count > beneath else first
 
 
 def _this_ranks_batches(dataset: Any, rank: int, size: int, replicas: int) -> tuple[Any, bool]:
