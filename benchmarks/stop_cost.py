@@ -1,0 +1,110 @@
+"""What a stop costs: a run of benchmarks/stop_cost_script.py (issue 54's pipeline, an expensive map) stopped by
+SIGTERM at 10 % and at 90 % of its epoch under `distrain run`, and resumed.
+
+    .venv/bin/python benchmarks/stop_cost.py [--reps 5] [--smoke] [--out benchmarks/results]
+
+For each map (pure: the resume skips the batches passed over beneath the map and the batch; random: it must make
+them all) and each position, medians over --reps repetitions, the positions alternating within each:
+- stop_s: from the SIGTERM to the process's exit 75 (the ranks agree on the step, the checkpoint is written);
+- resume_first_step_s: from the resumed process's start to its first trained step (TensorFlow's import, the
+  model, the restore, the batches passed over, the first step's trace).
+The ratio at 90 % over 10 % is what the position costs: 1.0 is a resume in O(1) of the position (issue 54's goal:
+<= 1.2 where skipping is possible). Writes stop-cost.json (smoke: smoke-stop-cost.json) to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DISTRAIN = str(Path(sys.executable).parent / "distrain")
+SCRIPT = str(ROOT / "benchmarks" / "stop_cost_script.py")
+POSITIONS = {"10 %": 0.1, "90 %": 0.9}
+MAPS = ("pure", "random")
+EXIT_STOPPED = 75
+TIMEOUT_S = 600
+
+
+def stopcost_line(output: str) -> dict:
+    lines = [line for line in output.splitlines() if line.startswith("STOPCOST ")]
+    if not lines:
+        raise RuntimeError(f"no STOPCOST line:\n{output[-3000:]}")
+    return json.loads(lines[-1].split(" ", 1)[1])
+
+
+def environment(state: str, **extra: str) -> dict[str, str]:
+    keep = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "HOROVOD_", "DISTRAIN_"))}
+    return {**keep, **extra, "DISTRAIN_OUTPUT_DIR": state, "DISTRAIN_STOP_CHECK_SECONDS": "0",
+            "TF_CPP_MIN_LOG_LEVEL": "2", "PATH": f"{Path(sys.executable).parent}:{keep.get('PATH', '')}"}
+
+
+def stop_and_resume(work: list[str], stop_at: int) -> dict:
+    """One stop at step `stop_at` and its resume, in a fresh state directory: the two costs in seconds."""
+    with tempfile.TemporaryDirectory(prefix="distrain-stopcost-") as state:
+        command = [DISTRAIN, "run", SCRIPT, *work]
+        stopped = subprocess.run(command, env=environment(state, STOP_AT=str(stop_at)), text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=TIMEOUT_S)
+        ended = time.time()
+        if stopped.returncode != EXIT_STOPPED:
+            raise RuntimeError(f"the stop exited {stopped.returncode}, not {EXIT_STOPPED}:\n{stopped.stdout[-3000:]}")
+        signalled = stopcost_line(stopped.stdout)["signalled"]
+        resumed = subprocess.run(command, env=environment(state), text=True, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, timeout=TIMEOUT_S)
+        if resumed.returncode != 0 or "resuming run" not in resumed.stdout:
+            raise RuntimeError(f"the resume exited {resumed.returncode}:\n{resumed.stdout[-3000:]}")
+        stamps = stopcost_line(resumed.stdout)
+        return {"stop_s": ended - signalled, "resume_first_step_s": stamps["first_step"] - stamps["process_start"]}
+
+
+def measure(reps: int, samples: int, work: int) -> dict:
+    steps = samples // 32
+    table: dict[str, dict] = {}
+    for kind in MAPS:
+        runs: dict[str, list[dict]] = {name: [] for name in POSITIONS}
+        for _ in range(reps):
+            for name, fraction in POSITIONS.items():
+                stop_at = max(1, int(steps * fraction))
+                runs[name].append(stop_and_resume(["--samples", str(samples), "--map", kind, "--work", str(work)],
+                                                  stop_at))
+        row = {}
+        for name, found in runs.items():
+            for key in ("stop_s", "resume_first_step_s"):
+                row[f"{key} at {name}"] = statistics.median(r[key] for r in found)
+        per_rep = [late["resume_first_step_s"] / early["resume_first_step_s"]
+                   for early, late in zip(runs["10 %"], runs["90 %"], strict=True)]
+        row.update(ratio_90_over_10=statistics.median(per_rep), ratio_min=min(per_rep), ratio_max=max(per_rep))
+        table[f"{kind} map"] = row
+    return table
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--smoke", action="store_true", help="a small epoch, one repetition: checks it runs")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    opts = parser.parse_args()
+    reps, samples, work = (1, 640, 2) if opts.smoke else (opts.reps, 8000, 30)
+    started = time.monotonic()
+    results = {"machine": {"cores": os.cpu_count(), "cpu": platform.processor() or platform.machine()},
+               "reps": reps, "samples": samples, "map_products": work, "stop_cost": measure(reps, samples, work)}
+    for name, row in results["stop_cost"].items():
+        print(f"- {name}: " + ", ".join(f"{k}={v:.3g}" for k, v in row.items()))
+    print(f"  ({time.monotonic() - started:.0f} s)")
+    os.makedirs(opts.out, exist_ok=True)
+    path = Path(opts.out) / f"{'smoke-' if opts.smoke else ''}stop-cost.json"
+    path.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
