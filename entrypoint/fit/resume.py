@@ -41,6 +41,7 @@ class Position:
     epoch: int  # 0-based: the epoch in progress
     step: int  # steps of it already trained
     rank_share: bool = False  # the input is already this rank's share of each batch (batches.adapt_fit_arguments)
+    script_dataset: Any = None  # the script's own tf.data dataset, where it was positioned: Keras 3's build reads it
 
 
 def saved_position(checkpoint_dir: str) -> Position | None:
@@ -55,7 +56,7 @@ def position_input(arguments: dict, *, keras_family: str, checkpoint_dir: str, r
     every global batch (zero-code Horovod), else 0/1; replicas: how many replicas each global batch feeds;
     `evened` learns the dataset made here (each epoch's last batch splits cleanly)."""
     saved = saved_position(checkpoint_dir)
-    why_not = _why_not_positionable(arguments, keras_family, replicas)
+    why_not = _why_not_positionable(arguments, keras_family)
     if saved is None and runs.newest_checkpoint(runs.chief_dir(checkpoint_dir)):
         why_not = why_not or "the checkpoint records no position (an older distrain wrote it)"
     if why_not:
@@ -82,11 +83,12 @@ def position_input(arguments: dict, *, keras_family: str, checkpoint_dir: str, r
                                                    epochs=epochs, skip=position.step, rank=rank, size=size,
                                                    replicas=replicas)
         rank_share = size > 1
+    script_dataset = arguments["x"] if batches.is_dataset(arguments["x"]) else None
     evened.add(dataset)
     for name in ("y", "sample_weight", "batch_size", "shuffle"):
         arguments.pop(name, None)
     arguments.update(x=dataset, steps_per_epoch=steps, initial_epoch=position.epoch)
-    return dataclasses.replace(position, rank_share=rank_share)
+    return dataclasses.replace(position, rank_share=rank_share, script_dataset=script_dataset)
 
 
 def build_before_restore(model: Any, arguments: dict, checkpoint_dir: str) -> None:
@@ -183,7 +185,7 @@ def _keep(*_element: Any) -> bool:
     return True
 
 
-def _why_not_positionable(arguments: dict, keras_family: str, replicas: int) -> str | None:
+def _why_not_positionable(arguments: dict, keras_family: str) -> str | None:
     x = arguments.get("x")
     if keras_family == "keras3" and _keras3_step_generator() is None:
         return "this Keras 3 has no epoch iterator distrain knows how to start mid-epoch"
@@ -196,9 +198,6 @@ def _why_not_positionable(arguments: dict, keras_family: str, replicas: int) -> 
             return "the dataset shuffles without a seed (give shuffle a seed, or call tf.random.set_seed)"
         if stream and length != _ENDLESS:
             return "steps_per_epoch over a dataset that ends is not positioned (over an endless one it is)"
-        if keras_family == "keras3" and replicas > 1 and not _keras_version().startswith("3.3."):
-            # measured on Keras 3.15.1 with TensorFlow 2.21 under MWM: the resumed epoch trained another order
-            return f"Keras {_keras_version()} with several replicas and a tf.data dataset is not positioned yet"
         return None
     if arguments.get("steps_per_epoch"):
         return "steps_per_epoch over input that is not an endless tf.data dataset is not positioned"
@@ -207,12 +206,6 @@ def _why_not_positionable(arguments: dict, keras_family: str, replicas: int) -> 
     if arguments.get("y") is None and arguments.get("sample_weight") is not None:
         return "sample_weight without y"
     return None
-
-
-def _keras_version() -> str:
-    import keras
-
-    return getattr(keras, "__version__", "?")
 
 
 def unseeded_shuffle(dataset: Any) -> bool:
@@ -229,12 +222,15 @@ def unseeded_shuffle(dataset: Any) -> bool:
 @contextlib.contextmanager
 def starting_at(keras_family: str, model: Any, position: Position | None) -> Iterator[None]:
     """Run the fit inside this so that its first epoch, `position.epoch`, starts at step `position.step`."""
-    if position is None or position.step == 0:
+    if position is None:
         yield
         return
     if keras_family == "keras3":
-        with _keras3_skipping(position.step):
+        with _keras3_building_as_plain_keras(position.script_dataset), _keras3_skipping(position.step):
             yield
+        return
+    if position.step == 0:
+        yield
         return
     # tf_keras asks the model where to start (its BackupAndRestore's counters): answer with the position
     model._maybe_load_initial_counters_from_ckpt = lambda *_args, **_kwargs: (position.epoch, position.step)
@@ -259,42 +255,70 @@ def _keras3_step_generator() -> tuple[Any, str] | None:
 
 
 @contextlib.contextmanager
+def _keras3_building_as_plain_keras(script_dataset: Any) -> Iterator[None]:
+    """Keras 3.4 on builds the model, metrics and optimizer symbolically before the first epoch from one batch it
+    reads through an iterator of its own, then drops it. Plain Keras reads it from the script's dataset: that
+    draws one order of a seeded reshuffle (plain Keras 3.15 trains orders 2, 3, 4). Read from distrain's
+    positioned pipeline, the epochs repeated in one iterator, read-ahead past a short remainder of an epoch draws
+    the next order too, so the epochs after it trained other orders than the run never stopped (measured on
+    Keras 3.15.1 under MWM: the resumed epoch trained the next epoch's order). So the build reads its batch from
+    the script's own dataset, as plain Keras does. Keras 3.3 has no such build: nothing to do."""
+    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
+
+    build = getattr(TensorFlowTrainer, "_maybe_symbolic_build", None)
+    if build is None or script_dataset is None:
+        yield
+        return
+
+    def from_the_scripts_dataset(self: Any, iterator: Any = None, data_batch: Any = None) -> Any:
+        if iterator is not None:
+            iterator = _ScriptsOwnBatch(getattr(iterator, "_distribute_strategy", None), script_dataset)
+        return build(self, iterator=iterator, data_batch=data_batch)
+
+    TensorFlowTrainer._maybe_symbolic_build = from_the_scripts_dataset
+    try:
+        yield
+    finally:
+        TensorFlowTrainer._maybe_symbolic_build = build
+
+
+class _ScriptsOwnBatch:
+    """What Keras 3's symbolic build iterates in place of its epoch iterator: one (step, step, iterator) tuple,
+    the iterator over the script's own dataset, distributed as Keras distributes it."""
+
+    def __init__(self, strategy: Any, dataset: Any) -> None:
+        self.strategy, self.dataset = strategy, dataset
+
+    def __iter__(self) -> Iterator[tuple]:
+        dataset = self.dataset
+        if self.strategy is not None:
+            dataset = self.strategy.experimental_distribute_dataset(dataset)
+        yield 0, 0, iter(dataset)
+
+
+@contextlib.contextmanager
 def _keras3_skipping(steps: int) -> Iterator[None]:
     """Keras 3's fit reads a batch only when it runs a step: the first epoch's first `steps` (step, ...,
     iterator) tuples are passed over, so no batch is read for them and the callbacks see the true step
     numbers."""
+    if not steps:
+        yield
+        return
     found = _keras3_step_generator()
     if found is None:
         raise RuntimeError("position_input positions Keras 3 input only where it can skip steps")
     owner, name = found
     original = getattr(owner, name)
     pending = [steps]
-    building = [False]
-    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
-
-    build = getattr(TensorFlowTrainer, "_maybe_symbolic_build", None)
 
     def skipping(self: Any) -> Iterator[Any]:
-        # Keras 3.15 under a strategy takes one batch for its symbolic build before the first epoch, through the
-        # same iterator: that is not the epoch, and the skip waits for it
-        skip = 0 if building[0] or not pending else pending.pop()
+        skip = pending.pop() if pending else 0
         for item in original(self):
             if item[0] >= skip:
                 yield item
 
-    def symbolic_build(self: Any, *args: Any, **kwargs: Any) -> Any:
-        building[0] = True
-        try:
-            return build(self, *args, **kwargs)
-        finally:
-            building[0] = False
-
     setattr(owner, name, skipping)
-    if build is not None:
-        TensorFlowTrainer._maybe_symbolic_build = symbolic_build
     try:
         yield
     finally:
         setattr(owner, name, original)
-        if build is not None:
-            TensorFlowTrainer._maybe_symbolic_build = build
