@@ -1,4 +1,4 @@
-"""Recompute the overhead rows of results files from the passes they keep, with run.py's current estimator.
+"""Recompute the overhead rows of results files from the passes they keep, with ratios.py's current estimator.
 
     .venv/bin/python benchmarks/summarize.py benchmarks/results/overhead*.json
 
@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from run import overhead_row
+from ratios import overhead_row
 
 
 def summarize(path: Path) -> tuple[int, list[str]]:

@@ -190,8 +190,9 @@ def _batch_length(element: Any) -> Any:
 def beneath_trailing_prefetch(dataset: Any, transform: Callable[[Any], Any]) -> Any:
     """transform(dataset), put beneath the script's own last `prefetch(n)` where its pipeline ends with one, so
     that it runs on the prefetch's thread: a stage on top of a prefetch costs the thread that takes the batches
-    (the training step's) 9-14 µs a batch more CPU than the same stage beneath it (benchmarks/perstep.py: rank
-    slices 0.95 of plain tf.data on top, 0.99 beneath, as the plain pipeline against itself). Options set last
+    (the training step's) 9-14 µs a batch more CPU than the same stage beneath it
+    (benchmarks/workers/perstep_parts.py: rank slices 0.95 of plain tf.data on top, 0.99 beneath, as the plain
+    pipeline against itself). Options set last
     (`with_options`, as TensorFlow's multi-worker tutorial does after `prefetch`) stay on top."""
     if type(dataset).__name__ == "_OptionsDataset" and hasattr(dataset, "_input_dataset"):
         inner = beneath_trailing_prefetch(dataset._input_dataset, transform)
@@ -258,7 +259,8 @@ def _even_out(dataset: Any, replicas: int) -> Any:
 def _recut_known_batches(dataset: Any, layout: tuple[int, int, bool], replicas: int) -> Any:
     """even_out_last_batch where the batches are known from the graph (batch_layout): TensorFlow's native
     `rebatch` cuts them to batch_bounds' sizes, the same topped-up last batch, without a function per batch (the
-    look-ahead costs about 95 µs of CPU a batch, a third of a fast pipeline's own work: benchmarks/perstep.py)."""
+    look-ahead costs about 95 µs of CPU a batch, a third of a fast pipeline's own work:
+    benchmarks/workers/perstep_parts.py)."""
     import tensorflow as tf
 
     samples, size, drop = layout

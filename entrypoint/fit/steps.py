@@ -7,7 +7,7 @@ timing checks) only when some callback implements a batch hook (`_should_call_tr
 with none, printing a line per epoch (verbose 2, distrain's default outside a terminal) or nothing (verbose 0,
 every rank but the chief), has no per-batch callback work at all. (Keras 3 on TensorFlow calls every callback's
 batch hooks at every step anyway: there it makes no difference, 904 Python calls a step against 908,
-benchmarks/step_observers.py.)
+benchmarks/workers/observer_ways.py.)
 
 So distrain observes the steps in a thin wrapper around the model's train function, installed for the length of
 one `fit`: after each call, each observer gets the index of the last batch that call ran. With

@@ -250,7 +250,7 @@ def _one_device_launcher(strategy: Any) -> Any:
 
     Called eagerly, it costs a check 2.3-2.6 ms of a worker's CPU (1.2 on the training thread) against 3.3-3.9
     (1.9-2.1) through `in_graph_sum`'s tf.function, which resolves its arguments and captures its instance key
-    through a Python callback at every call (benchmarks/allreduce.py --stop-checks, two workers on a 2-vCPU VM;
+    through a Python callback at every call (benchmarks/workers/allreduce.py --stop-checks, two workers on a 2-vCPU VM;
     benchmarks/results/comm.json).
     Its keys come from the strategy's own allocator, one per call as the tf.function's do, so no key is shared
     with the strategy's own collectives and every rank draws the same one. A private layout of TensorFlow's

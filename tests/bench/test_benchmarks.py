@@ -140,11 +140,11 @@ def test_overhead_one_after_other_gives_every_worker_a_core_one_side_at_a_time(t
 
 @full_tier_only("the harness; the resume it times is tested in test_exact_resume.py, test_skip_beneath.py")
 def test_stop_cost_smoke_stops_resumes_and_writes_each_cost(tmp_path):
-    out = run([sys.executable, "benchmarks/stop_cost.py", "--smoke", "--out", str(tmp_path)], timeout=900)
+    out = run([sys.executable, "benchmarks/run.py", "stop", "--smoke", "--out", str(tmp_path)], timeout=900)
     assert out.returncode == 0, out.stdout[-3000:]
-    rows = json.loads((tmp_path / "smoke-stop-cost.json").read_text())["stop_cost"]
-    assert set(rows) == {"pure map", "random map"}
-    for row in rows.values():  # each run stopped with exit 75 and resumed (stop_cost.py raises otherwise)
+    rows = json.loads((tmp_path / "smoke-stop.json").read_text())["stop"]
+    assert set(rows) == {"samples", "map_products", "pure map", "random map"}
+    for row in (rows["pure map"], rows["random map"]):  # each run stopped with exit 75 and resumed (else it raises)
         assert all(row[f"{cost} at {where}"] > 0 for cost in ("stop_s", "resume_first_step_s")
                    for where in ("10 %", "90 %")), row
         assert 0 < row["ratio_min"] <= row["ratio_90_over_10"] <= row["ratio_max"], row

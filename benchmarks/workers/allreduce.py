@@ -2,8 +2,8 @@
 under MWM the stop check's CPU per call: distrain's way (stopping.sum_over_ranks) against the public tf.function
 way (stopping.in_graph_sum), in alternating rounds, with a pause between calls as in training.
 
-    distrain launch -n 2 benchmarks/allreduce.py            (MWM, DISTRAIN_COLLECTIVE=ring)
-    horovodrun -np 2 --gloo distrain run benchmarks/allreduce.py
+    distrain launch -n 2 benchmarks/workers/allreduce.py            (MWM, DISTRAIN_COLLECTIVE=ring)
+    horovodrun -np 2 --gloo distrain run benchmarks/workers/allreduce.py
 """
 
 import argparse

@@ -2,8 +2,8 @@
 cost where a step is short, as on a GPU. The overhead workload's 12-37 ms steps, and its own per-batch callback
 (which switches tf_keras' per-batch callback machinery on for both sides), hide it.
 
-    TF_USE_LEGACY_KERAS=1 taskset -c 0 .venv/bin/python benchmarks/short_steps.py
-    DISTRAIN_KERAS=legacy taskset -c 0 .venv/bin/distrain run benchmarks/short_steps.py
+    TF_USE_LEGACY_KERAS=1 taskset -c 0 .venv/bin/python benchmarks/workers/short_steps.py
+    DISTRAIN_KERAS=legacy taskset -c 0 .venv/bin/distrain run benchmarks/workers/short_steps.py
 
 Each epoch after the first prints `SHORT {"epoch", "wall_us", "main_cpu_us"}`: wall time and the main thread's
 CPU time per step. Run the two one after the other, twice, on a machine at rest.

@@ -1,6 +1,6 @@
 """Two MultiWorkerMirrored workers with a TF_CONFIG written by hand, the way the user guides start them.
 
-    python benchmarks/by_hand_mwm.py PYTHON SCRIPT ARGS...
+    python benchmarks/workers/by_hand_mwm.py PYTHON SCRIPT ARGS...
 
 Prints worker 0's output, then the others'.
 """

@@ -1,6 +1,6 @@
 """Run a command confined to some cores and account for the CPU of every process it starts.
 
-    python benchmarks/account.py CORES COMMAND...        (CORES: "0" or "0,1")
+    python benchmarks/workers/account.py CORES COMMAND...        (CORES: "0" or "0,1")
 
 The command and everything it starts inherit the core mask. This process is their child subreaper, so processes
 that outlive their parent (distrain's log filter) are reaped here too: the last line, `ACCOUNT {"cpu_s": ...,

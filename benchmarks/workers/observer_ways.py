@@ -3,7 +3,7 @@ and neither, in one process: epochs of a short-step fit (a tiny dense model, abo
 thread's CPU a step) alternating between the three, the order rotated every repetition. On tf_keras a batch
 callback switches the per-batch callback machinery on; Keras 3 on TensorFlow calls every batch hook anyway.
 
-    TF_USE_LEGACY_KERAS=1 taskset -c 0 .venv/bin/python benchmarks/step_observers.py     (or 0: Keras 3)
+    TF_USE_LEGACY_KERAS=1 taskset -c 0 .venv/bin/python benchmarks/workers/observer_ways.py     (or 0: Keras 3)
 
 `benchmarks/run.py perstep` runs it for both Keras families. Prints `OBSERVERS {...}`: the training thread's CPU
 per step, median epoch of each way, in microseconds, and the Python calls (function and builtin calls,

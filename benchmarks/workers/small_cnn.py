@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 
 def pin_to_one_core(local_rank: int) -> None:
-    """Every thread of this process to one of the cores it was given (benchmarks/account.py), by local rank, so two
+    """Every thread of this process to one of the cores it was given (workers/account.py), by local rank, so two
     workers on a small machine do not fight over its cores. Call it after TensorFlow's import, as distrain does:
     threads made later inherit the mask from their creator (the runner sets TF_NUM_INTRAOP_THREADS)."""
     allowed = sorted(os.sched_getaffinity(0))

@@ -1,8 +1,8 @@
-"""The user's script the stop-cost benchmark stops and resumes (benchmarks/stop_cost.py): issue 54's pipeline,
+"""The user's script the stop-cost benchmark stops and resumes (benchmarks/suites/stop.py): issue 54's pipeline,
 `range(N).shuffle(N, seed).map(expensive).batch(32)`, the map a stand-in for decode and augment, under a small
 model.
 
-    [STOP_AT=STEP] distrain run benchmarks/stop_cost_script.py [--samples 8000] [--map pure|random]
+    [STOP_AT=STEP] distrain run benchmarks/workers/expensive_map.py [--samples 8000] [--map pure|random]
 
 --map pure: a function of its element alone (a fixed transform); --map random: it draws random numbers (random
 augmentation), so no batch passed over can be left unmade. STOP_AT=STEP (not an argument: the resume is the same

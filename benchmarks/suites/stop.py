@@ -1,7 +1,7 @@
-"""What a stop costs: a run of benchmarks/stop_cost_script.py (issue 54's pipeline, an expensive map) stopped by
-SIGTERM at 10 % and at 90 % of its epoch under `distrain run`, and resumed.
+"""stop: what a stop costs. A run of benchmarks/workers/expensive_map.py (issue 54's pipeline, an expensive map)
+stopped by SIGTERM at 10 % and at 90 % of its epoch under `distrain run`, and resumed.
 
-    .venv/bin/python benchmarks/stop_cost.py [--reps 5] [--smoke] [--out benchmarks/results]
+    .venv/bin/python benchmarks/run.py stop [--reps 5] [--smoke]
 
 For each map (pure: the resume skips the batches passed over beneath the map and the batch; random: it must make
 them all) and each position, medians over --reps repetitions, the positions alternating within each:
@@ -9,15 +9,13 @@ them all) and each position, medians over --reps repetitions, the positions alte
 - resume_first_step_s: from the resumed process's start to its first trained step (TensorFlow's import, the
   model, the restore, the batches passed over, the first step's trace).
 The ratio at 90 % over 10 % is what the position costs: 1.0 is a resume in O(1) of the position (issue 54's goal:
-<= 1.2 where skipping is possible). Writes stop-cost.json (smoke: smoke-stop-cost.json) to --out.
+<= 1.2 where skipping is possible).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -25,9 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-DISTRAIN = str(Path(sys.executable).parent / "distrain")
-SCRIPT = str(ROOT / "benchmarks" / "stop_cost_script.py")
+from harness import DISTRAIN, WORKERS
+
+from . import Options
+
+SCRIPT = str(WORKERS / "expensive_map.py")
 POSITIONS = {"10 %": 0.1, "90 %": 0.9}
 MAPS = ("pure", "random")
 EXIT_STOPPED = 75
@@ -86,25 +86,6 @@ def measure(reps: int, samples: int, work: int) -> dict:
     return table
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--smoke", action="store_true", help="a small epoch, one repetition: checks it runs")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
-    opts = parser.parse_args()
-    reps, samples, work = (1, 640, 2) if opts.smoke else (opts.reps, 8000, 30)
-    started = time.monotonic()
-    results = {"machine": {"cores": os.cpu_count(), "cpu": platform.processor() or platform.machine()},
-               "reps": reps, "samples": samples, "map_products": work, "stop_cost": measure(reps, samples, work)}
-    for name, row in results["stop_cost"].items():
-        print(f"- {name}: " + ", ".join(f"{k}={v:.3g}" for k, v in row.items()))
-    print(f"  ({time.monotonic() - started:.0f} s)")
-    os.makedirs(opts.out, exist_ok=True)
-    path = Path(opts.out) / f"{'smoke-' if opts.smoke else ''}stop-cost.json"
-    path.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-    print(f"wrote {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def run(options: Options) -> dict:
+    samples, work = (640, 2) if options.smoke else (8000, 30)
+    return {"samples": samples, "map_products": work, **measure(options.reps, samples, work)}

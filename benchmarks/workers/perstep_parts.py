@@ -1,7 +1,7 @@
 """distrain's own per-step work, timed directly.
 
-    distrain run benchmarks/perstep.py callbacks [--reps N] [--smoke]
-    python benchmarks/perstep.py input NAME [--reps N] [--smoke]
+    distrain run benchmarks/workers/perstep_parts.py callbacks [--reps N] [--smoke]
+    python benchmarks/workers/perstep_parts.py input NAME [--reps N] [--smoke]
 
 - callbacks (under `distrain run`, so the Plan and engine are real): the per-step hooks
   (`on_train_batch_begin/end`, and the step observers steps.py calls) of the callbacks distrain adds to `fit`:

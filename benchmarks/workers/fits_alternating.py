@@ -1,6 +1,6 @@
 """distrain's fit against the plain fit, in the same two MWM workers: what distrain adds to a fit, a step at a time.
 
-    DISTRAIN_KERAS=legacy DISTRAIN_CHECKPOINT=1 distrain launch -n 2 benchmarks/fit_in_process.py [--rounds N]
+    DISTRAIN_KERAS=legacy DISTRAIN_CHECKPOINT=1 distrain launch -n 2 benchmarks/workers/fits_alternating.py [--rounds N]
 
 Between two runs side by side a 1% difference is within what the machine alone gives (`run.py overhead`'s control
 row). Inside one process the variants share the allocator, the memory layout, the core and the hour. distrain's
