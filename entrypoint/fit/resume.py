@@ -310,15 +310,33 @@ def _keras3_skipping(steps: int) -> Iterator[None]:
     owner, name = found
     original = getattr(owner, name)
     pending = [steps]
+    building = [False]
+    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
+
+    build = getattr(TensorFlowTrainer, "_maybe_symbolic_build", None)
 
     def skipping(self: Any) -> Iterator[Any]:
-        skip = pending.pop() if pending else 0
+        # Keras 3.4+ under a strategy takes one batch for its symbolic build before the first epoch through the
+        # epoch iterator (numpy input: _keras3_building_as_plain_keras gives tf.data its own): that is not the
+        # epoch, and the skip waits for it
+        skip = 0 if building[0] or not pending else pending.pop()
         for item in original(self):
             if item[0] >= skip:
                 yield item
 
+    def symbolic_build(self: Any, *args: Any, **kwargs: Any) -> Any:
+        building[0] = True
+        try:
+            return build(self, *args, **kwargs)
+        finally:
+            building[0] = False
+
     setattr(owner, name, skipping)
+    if build is not None:
+        TensorFlowTrainer._maybe_symbolic_build = symbolic_build
     try:
         yield
     finally:
         setattr(owner, name, original)
+        if build is not None:
+            TensorFlowTrainer._maybe_symbolic_build = build
