@@ -15,15 +15,12 @@ The ratio at 90 % over 10 % is what the position costs: 1.0 is a resume in O(1) 
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
-from pathlib import Path
 
-from harness import DISTRAIN, WORKERS
+from harness import DISTRAIN, WORKERS, env
 
 from . import Options
 
@@ -42,9 +39,9 @@ def stopcost_line(output: str) -> dict:
 
 
 def environment(state: str, **extra: str) -> dict[str, str]:
-    keep = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "HOROVOD_", "DISTRAIN_"))}
-    return {**keep, **extra, "DISTRAIN_OUTPUT_DIR": state, "DISTRAIN_STOP_CHECK_SECONDS": "0",
-            "TF_CPP_MIN_LOG_LEVEL": "2", "PATH": f"{Path(sys.executable).parent}:{keep.get('PATH', '')}"}
+    """The harness's clean environment, with checkpoints on (what is measured) in `state`, every step checked."""
+    return {**env(), **extra, "DISTRAIN_CHECKPOINT": "1", "DISTRAIN_OUTPUT_DIR": state,
+            "DISTRAIN_STOP_CHECK_SECONDS": "0"}
 
 
 def stop_and_resume(work: list[str], stop_at: int) -> dict:

@@ -258,7 +258,7 @@ def _keras3_step_generator() -> tuple[Any, str] | None:
 def _keras3_building_as_plain_keras(script_dataset: Any) -> Iterator[None]:
     """Keras 3.4 on builds the model, metrics and optimizer symbolically before the first epoch from one batch it
     reads through an iterator of its own, then drops it. Plain Keras reads it from the script's dataset: that
-    draws one order of a seeded reshuffle (plain Keras 3.15 trains orders 2, 3, 4). Read from distrain's
+    draws one order of a seeded reshuffle, before the epochs' own. Read from distrain's
     positioned pipeline, the epochs repeated in one iterator, read-ahead past a short remainder of an epoch draws
     the next order too, so the epochs after it trained other orders than the run never stopped (measured on
     Keras 3.15.1 under MWM: the resumed epoch trained the next epoch's order). So the build reads its batch from
