@@ -123,7 +123,7 @@ def broadcast_variables(variables: Any) -> None:
     if engine.hvd is not None:
         import horovod.tensorflow as hvd_tf
 
-        from .compat.keras3_horovod import tf_variables
+        from .compat.keras3_horovod import broadcastable
 
-        hvd_tf.broadcast_variables(tf_variables(variables), root_rank=0)
+        hvd_tf.broadcast_variables(broadcastable(variables), root_rank=0)
 

@@ -23,6 +23,14 @@ def tf_variables(variables: Any) -> list:
     return [v if isinstance(v, tf.Variable) else getattr(v, "value", v) for v in variables]
 
 
+def broadcastable(variables: Any) -> list:
+    """The tf.Variables Horovod can broadcast. Horovod has no unsigned 32/64-bit type ("DataType uint32 not in
+    list of allowed values"), and Keras 3 before keras-team/keras#19928 (3.3.x, NGC's image) keeps the state of
+    every SeedGenerator (Dropout's) in a uint32 variable: that state stays each rank's own, as each rank's dropout
+    masks do; the weights are still rank 0's. From Keras 3.5 on the state is int64 and is broadcast too."""
+    return [v for v in tf_variables(variables) if v.dtype.name not in ("uint32", "uint64")]
+
+
 class TapeOverTFVariables:
     """Horovod's DistributedGradientTape keys gradients by `variable.ref()`, which Keras 3 variables lack: hand
     it their tf.Variables (the gradients are the same)."""
@@ -76,9 +84,7 @@ def callbacks(keras: Any, hvd: Any) -> list:
             variables = list(self.model.variables)
             if self.model.optimizer is not None and getattr(self.model.optimizer, "built", False):
                 variables += list(self.model.optimizer.variables)
-            # Horovod has no uint32: Keras 3.3's SeedGenerator state (per-rank dropout masks are fine) stays local
-            variables = [v for v in tf_variables(variables)
-                         if v.dtype.name not in ("uint32", "uint64") and v.ref() not in self._local_vars]
+            variables = [v for v in broadcastable(variables) if v.ref() not in self._local_vars]
             hvd.broadcast_variables(variables, root_rank=0)
 
         def on_train_begin(self, logs: Any = None) -> None:
@@ -109,13 +115,15 @@ def adopt_tensorflow_api(hvd: Any, keras: Any) -> bool:
     """A Keras 3 script using Horovod's TensorFlow API (`hvd.DistributedGradientTape(tape)`,
     `hvd.broadcast_variables(model.variables, 0)`) fails with "'Variable' object has no attribute 'ref'":
     Horovod 0.28.1 keys variables by `ref()`, which Keras 3 variables lack (horovod/horovod#4290's family).
-    Hand Horovod their tf.Variables, the same values. Applied only where the defect is there; True if applied."""
+    Hand Horovod their tf.Variables, the same values, less the uint32 seed states it cannot broadcast (a model
+    with Dropout, as Horovod's own tensorflow2_mnist.py: `broadcastable`). Applied only where the defect is there;
+    True if applied."""
     if hasattr(keras.Variable, "ref") or getattr(hvd, "_distrain_keras3_variables", False):
         return False
     broadcast, make_tape = hvd.broadcast_variables, hvd.DistributedGradientTape
 
     def broadcast_variables(variables: Any, root_rank: int, *args: Any, **kwargs: Any) -> Any:
-        return broadcast(tf_variables(list(variables)), root_rank, *args, **kwargs)
+        return broadcast(broadcastable(list(variables)), root_rank, *args, **kwargs)
 
     def distributed_gradient_tape(gradtape: Any, *args: Any, **kwargs: Any) -> Any:
         return TapeOverTFVariables(make_tape(gradtape, *args, **kwargs))

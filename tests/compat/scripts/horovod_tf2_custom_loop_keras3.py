@@ -29,6 +29,7 @@ model = keras.Sequential([
     keras.layers.Conv2D(16, 3, activation="relu", input_shape=(8, 8, 1)),
     keras.layers.Flatten(),
     keras.layers.Dense(32, activation="relu"),
+    keras.layers.Dropout(0.25),  # as Horovod's tensorflow2_mnist.py: a seed state broadcast_variables is handed
     keras.layers.Dense(10, activation="softmax"),
 ])
 loss = keras.losses.SparseCategoricalCrossentropy()
