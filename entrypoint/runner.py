@@ -95,8 +95,10 @@ def install_hooks(engine: Engine, keras: Any, tf: Any, evened: batches.EvenedInp
 
     @_once
     def compile(self, *args, **kwargs):  # noqa: ANN001, ANN202, A001
+        bound = compile_sig.bind(self, *args, **kwargs)
+        if adopt.is_horovod_optimizer(bound.arguments.get("optimizer")):  # the script's own, in every mode
+            adopt.loads_without_horovod(bound.arguments["optimizer"])
         if engine.hvd is not None:
-            bound = compile_sig.bind(self, *args, **kwargs)
             optimizer = keras.optimizers.get(bound.arguments.get("optimizer", "rmsprop"))
             bound.arguments["optimizer"] = _horovod_optimizer(engine, plan, optimizer)
             return orig_compile(*bound.args, **bound.kwargs)
@@ -189,18 +191,14 @@ def _horovod_optimizer(engine: Engine, plan: Any, optimizer: Any) -> Any:
     not again when the script wrapped it in hvd.DistributedOptimizer itself)."""
     if getattr(optimizer, "_distrain_wrapped", False):
         return optimizer
-    if adopt.is_horovod_optimizer(optimizer):  # the script's own: keep it, but saved so it loads without Horovod
-        type(optimizer).__module__ = type(optimizer).__mro__[1].__module__
+    if adopt.is_horovod_optimizer(optimizer):  # the script's own: kept (compile made it load without Horovod)
         return optimizer
     if plan.keras == "keras3":
         from .compat import keras3_horovod
 
         return keras3_horovod.wrap_optimizer(optimizer, engine.hvd)
-    base = type(optimizer)
     optimizer = engine.hvd.DistributedOptimizer(optimizer)
-    # Horovod's wrapper is a subclass made on the fly in module horovod._keras: a model saved with it would not
-    # load without Horovod. Saved under the original class's module, it loads anywhere as the user's optimizer.
-    type(optimizer).__module__ = base.__module__
+    adopt.loads_without_horovod(optimizer)
     optimizer._distrain_wrapped = True
     return optimizer
 

@@ -153,6 +153,13 @@ def is_horovod_optimizer(optimizer: Any) -> bool:
                for member in vars(type(optimizer)).values() if callable(member))
 
 
+def loads_without_horovod(optimizer: Any) -> None:
+    """hvd.DistributedOptimizer's class is made in module horovod._keras: a model saved with it does not load
+    without Horovod ("Could not locate class 'Adam'"), in whatever mode it was trained. Saved under its base
+    class's module, it loads anywhere as the script's own optimizer."""
+    type(optimizer).__module__ = type(optimizer).__mro__[1].__module__
+
+
 def has_horovod_callback(callbacks: list, name: str) -> bool:
     return any(type(c).__name__ == name and type(c).__module__.startswith("horovod") for c in callbacks)
 

@@ -41,15 +41,33 @@ def cases():
             yield from ((script, mode) for mode in modes if mode != "single" or FULL_TIER or script in ONE_PROCESS)
 
 
+# The scripts that save a model as their guide does (chief-only under MWM, rank 0 under Horovod): the arguments that
+# ask for it, the file it leaves, its Keras family and input shape, whether it holds the counting layer. Checked in
+# the run of every mode they run in.
+SAVES = {
+    "guide_mwm.py": (["--save-model", "--output-dir", "{dir}"], "mnist_model.keras", "keras3", (28, 28, 1), True),
+    "otbtf_mwm.py": (["{dir}/model.keras"], "model.keras", "keras3", (16, 16, 3), True),
+    "tf_tutorial_mwm.py": (["{dir}/model.keras"], "model.keras", "keras3", (28, 28), False),
+    "guide_horovod.py": (["{dir}/m.keras"], "m.keras", "legacy", (12,), False),  # its own DistributedOptimizer only
+}
+
+
 @pytest.mark.parametrize(("script", "mode"), list(cases()))
 def test_the_script_runs_unchanged(script, mode, tmp_path):
     launcher, ranks = LAUNCH[mode]
-    out = run([*launcher, str(SCRIPTS / script)], env=clean_env(), timeout=600)
+    saves = SAVES.get(script)
+    args = [arg.format(dir=tmp_path / "saved") for arg in saves[0]] if saves else []
+    (tmp_path / "saved").mkdir()
+    out = run([*launcher, str(SCRIPTS / script), *args], env=clean_env(), timeout=600)
     assert out.returncode == 0, out.stdout[-4000:]
     found = assert_trained_in_sync(out.stdout, workers=ranks)
     assert_work_split(found, ranks)
     if mode != "single" and script in OWN_MWM:
         assert "adopted the script's" in out.stdout, out.stdout[-3000:]
+    if saves:  # one complete model, no worker's temporary directory left
+        _, name, family, shape, counting = saves
+        assert os.listdir(tmp_path / "saved") == [name]
+        load_model(tmp_path / "saved" / name, family, input_shape=shape, counting=counting)
 
 
 def assert_work_split(found: list[dict], ranks: int) -> None:
@@ -62,29 +80,6 @@ def assert_work_split(found: list[dict], ranks: int) -> None:
     assert sum(int(r["samples"]) for r in counted) == total, counted
     for r in counted:
         assert abs(int(r["samples"]) - total / ranks) <= total / ranks / 10, counted
-
-
-@pytest.mark.parametrize("script", ["guide_mwm.py", "otbtf_mwm.py", "tf_tutorial_mwm.py"])
-def test_a_chief_only_save_completes_under_mwm(script, tmp_path):
-    target = tmp_path / "model.keras"
-    args = ["--save-model", "--output-dir", str(tmp_path)] if script == "guide_mwm.py" else [str(target)]
-    out = run([DISTRAIN, "launch", "-n", "2", str(SCRIPTS / script), *args], timeout=600)
-    assert out.returncode == 0, out.stdout[-4000:]
-    saved = tmp_path / ("mnist_model.keras" if script == "guide_mwm.py" else "model.keras")
-    assert sorted(os.listdir(tmp_path)) == [saved.name], os.listdir(tmp_path)  # no worker temp dirs left
-    family = "keras3"
-    load_model(saved, family, input_shape={"guide_mwm.py": (28, 28, 1), "otbtf_mwm.py": (16, 16, 3),
-                                            "tf_tutorial_mwm.py": (28, 28)}[script],
-               counting=script != "tf_tutorial_mwm.py")
-
-
-def test_the_guides_horovod_script_is_not_wrapped_twice(tmp_path):
-    out = run(["horovodrun", "-np", "2", "--gloo", DISTRAIN, "run", str(SCRIPTS / "guide_horovod.py"),
-               str(tmp_path / "m.keras")], env=clean_env())
-    assert out.returncode == 0, out.stdout[-4000:]
-    assert len({r["weights"] for r in results(out.stdout)}) == 1  # ranks started apart: the broadcast aligned them
-    assert os.listdir(tmp_path) == ["m.keras"]
-    load_model(tmp_path / "m.keras", "legacy", input_shape=(12,))
 
 
 def test_horovods_tensorflow_api_fails_on_keras_3_variables_without_distrain_negative_control(tmp_path):
