@@ -8,19 +8,6 @@ import sys
 from helpers import DISTRAIN, clean_env, full_tier_only, run
 
 
-def test_the_stop_check_takes_the_strategys_own_all_reduce_launcher(tmp_path):
-    """The one benchmark that guards the product: stopping.sum_over_ranks calls TensorFlow's private launcher
-    layout eagerly, and falls back to the public (slower) way where the layout changed. The comm benchmark names
-    the way in use; CI fails when a TensorFlow changes it, instead of the stop check growing slower unseen."""
-    out = run([sys.executable, "benchmarks/run.py", "comm", "--smoke", "--out", str(tmp_path)], timeout=900)
-    assert out.returncode == 0, out.stdout[-3000:]
-    comm = json.loads((tmp_path / "smoke-comm.json").read_text())["comm"]
-    assert set(comm["allreduce_ms_by_elements"]) == {"mwm ring", "horovod gloo", "horovod mpi"}
-    check = comm["stop_check (mwm)"]  # distrain's stop check against the public tf.function way
-    assert check["distrain_cpu_ms"] > 0 and check["tf.function_cpu_ms"] > 0 and check["ratio"] > 0, check
-    assert check["distrain_way"] == "eager_sum", check
-
-
 @full_tier_only("the benchmarks' harness, not a promise of the README (6 minutes on a quiet VM, 14 on a slow one)")
 def test_benchmarks_smoke_writes_every_ratio(tmp_path):
     # the timeout only guards against a hang: 6 minutes on a fast VM, 14-15 on the slowest EPYC VMs seen

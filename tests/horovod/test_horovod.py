@@ -4,19 +4,29 @@ import os
 
 import pytest
 
-from helpers import DISTRAIN, KERAS_FAMILIES, assert_trained_in_sync, clean_env, keras_env, load_model, results, run
+from helpers import (
+    DISTRAIN,
+    FULL_TIER,
+    KERAS_FAMILIES,
+    assert_trained_in_sync,
+    clean_env,
+    keras_env,
+    load_model,
+    results,
+    run,
+)
 
 MPIRUN = ["mpirun", "--allow-run-as-root", "--tag-output", "-np", "2", "-x", "PATH", "-x", "PYTHONUNBUFFERED",
           "-mca", "btl_tcp_if_include", "lo", "-mca", "oob_tcp_if_include", "lo"]
 CORE = {("gloo", "keras3"), ("mpi", "legacy")}
 
 
-# `core` (TensorFlow 2.21 too) for two cases that hold every launcher and every family once; the Keras 3 script
-# below adds Keras 3 over MPI
+# Pairwise: two cases that hold every launcher and every family once (`core`: TensorFlow 2.21 too); the Keras 3
+# script below adds Keras 3 over MPI, the corpus (compat/) tf_keras over Gloo. --full: every launcher x family.
 @pytest.mark.parametrize(("launcher", "family"), [
     pytest.param(launcher, family, marks=[pytest.mark.core] if (launcher, family) in CORE else [],
                  id=f"{launcher}-{family}")
-    for launcher in ("gloo", "mpi") for family in KERAS_FAMILIES])
+    for launcher in ("gloo", "mpi") for family in KERAS_FAMILIES if FULL_TIER or (launcher, family) in CORE])
 def test_horovod_averages_ranks_that_start_apart(launcher, family, tmp_path):
     cmd = ["horovodrun", "-np", "2", "--gloo"] if launcher == "gloo" else [*MPIRUN, "-x", "DISTRAIN_KERAS"]
     out = run([*cmd, DISTRAIN, "run", "examples/sync_check.py", "--epochs", "3", "--save", str(tmp_path / "m.keras")],
@@ -54,7 +64,7 @@ def test_custom_loop_recipe_with_distributed_tape():
     assert_trained_in_sync(out.stdout, workers=2)
 
 
-@pytest.mark.parametrize("launcher", ["gloo", pytest.param("mpi", marks=pytest.mark.core)])
+@pytest.mark.parametrize("launcher", [*(["gloo"] if FULL_TIER else []), pytest.param("mpi", marks=pytest.mark.core)])
 def test_keras3_script_under_horovod_ends_identical_from_different_starts(launcher):
     cmd = ["horovodrun", "-np", "2", "--gloo"] if launcher == "gloo" else MPIRUN
     out = run([*cmd, DISTRAIN, "run", "examples/keras3_train.py", "--start-apart", "--epochs", "3"])

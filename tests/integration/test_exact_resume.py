@@ -117,7 +117,8 @@ def test_each_ranks_own_moving_statistics_are_what_makes_the_resume_exact_negati
     assert not np.array_equal(np.load(tmp_path / "a" / "statistics.npy"), np.load(tmp_path / "b" / "statistics.npy"))
 
 
-@pytest.mark.parametrize(("mode", "family"), [("single", "legacy"), ("mwm", "legacy"), ("single", "keras3")])
+@pytest.mark.parametrize(("mode", "family"), [("mwm", "legacy"), ("single", "keras3"),
+                                              *([("single", "legacy")] if FULL_TIER else [])])
 def test_a_crashed_run_resumes_from_its_last_timed_checkpoint(tmp_path, mode, family):
     """DISTRAIN_CHECKPOINT_EVERY=3: a checkpoint every 3 steps. A crash (no signal, no last checkpoint) at epoch 2
     step 5 loses steps 3-5 of epoch 2 (the newest checkpoint is after its step 2); the rerun goes on from step 3

@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from helpers import DISTRAIN, ROOT, keras_env, run
 
@@ -20,7 +19,6 @@ def launch(out: Path, state: Path, family: str = "legacy", **env: str):
                env=keras_env(family, DISTRAIN_OUTPUT_DIR=str(state), DISTRAIN_CHECKPOINT_EVERY="3", **env))
 
 
-@pytest.mark.core  # the launcher's restart and exact resume, on both TensorFlow lines
 def test_a_worker_killed_mid_epoch_is_restarted_from_the_checkpoint_and_the_result_is_the_same(tmp_path):
     never_killed = launch(tmp_path / "a", tmp_path / "state-a")
     assert never_killed.returncode == 0, never_killed.stdout[-3000:]
