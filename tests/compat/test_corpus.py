@@ -30,8 +30,7 @@ LAUNCH = {
 
 # One process runs a script's own distribution code the same way whatever the script (a strategy of one worker, a
 # Horovod of one rank): in the default tier, one script of each kind in one process; every one in --full
-ONE_PROCESS = {"guide_mwm.py", "tf_tutorial_mwm_ctl.py", "keras3_cnn_bn.py", "tf_keras_cnn.py", "guide_horovod.py",
-               "horovod_tf2_custom_loop_keras3.py"}
+ONE_PROCESS = {"guide_mwm.py", "tf_tutorial_mwm_ctl.py", "keras3_cnn_bn.py", "tf_keras_cnn.py", "guide_horovod.py"}
 
 
 def cases():

@@ -22,7 +22,8 @@ CORE = {("gloo", "keras3"), ("mpi", "legacy")}
 
 
 # Pairwise: two cases that hold every launcher and every family once (`core`: TensorFlow 2.21 too); the Keras 3
-# script below adds Keras 3 over MPI, the corpus (compat/) tf_keras over Gloo. --full: every launcher x family.
+# script below adds Keras 3 over MPI (TensorFlow 2.17), the corpus (compat/) tf_keras over Gloo. --full: every
+# launcher x family.
 @pytest.mark.parametrize(("launcher", "family"), [
     pytest.param(launcher, family, marks=[pytest.mark.core] if (launcher, family) in CORE else [],
                  id=f"{launcher}-{family}")
@@ -64,7 +65,7 @@ def test_custom_loop_recipe_with_distributed_tape():
     assert_trained_in_sync(out.stdout, workers=2)
 
 
-@pytest.mark.parametrize("launcher", [*(["gloo"] if FULL_TIER else []), pytest.param("mpi", marks=pytest.mark.core)])
+@pytest.mark.parametrize("launcher", [*(["gloo"] if FULL_TIER else []), "mpi"])
 def test_keras3_script_under_horovod_ends_identical_from_different_starts(launcher):
     cmd = ["horovodrun", "-np", "2", "--gloo"] if launcher == "gloo" else MPIRUN
     out = run([*cmd, DISTRAIN, "run", "examples/keras3_train.py", "--start-apart", "--epochs", "3"])
