@@ -96,13 +96,8 @@ def install_hooks(engine: Engine, keras: Any, tf: Any, evened: batches.EvenedInp
     @_once
     def compile(self, *args, **kwargs):  # noqa: ANN001, ANN202, A001
         bound = compile_sig.bind(self, *args, **kwargs)
-        if adopt.is_horovod_optimizer(bound.arguments.get("optimizer")):  # the script's own, in every mode
-            adopt.loads_without_horovod(bound.arguments["optimizer"])
-        if engine.hvd is not None:
-            optimizer = keras.optimizers.get(bound.arguments.get("optimizer", "rmsprop"))
-            bound.arguments["optimizer"] = _horovod_optimizer(engine, plan, optimizer)
-            return orig_compile(*bound.args, **bound.kwargs)
-        return orig_compile(self, *args, **kwargs)
+        _adapt_optimizer(engine, keras, bound.arguments)
+        return orig_compile(*bound.args, **bound.kwargs)
 
     def save(self, filepath, *args, **kwargs):  # noqa: ANN001, ANN202
         checkpoint.save_model(engine, self, filepath, orig_save, *args, **kwargs)
@@ -184,6 +179,16 @@ def _compose_callbacks(engine: Engine, keras: Any, tf: Any, stage: Any, stage_nu
     # first of all: an epoch's end is a pause for the stall watchdog before the script's callbacks run
     callbacks = [steps.make_callback(keras, step_ends), watch, *before, *user, *after]
     return FitCallbacks(callbacks, step_ends, backup, position)
+
+
+def _adapt_optimizer(engine: Engine, keras: Any, arguments: dict) -> None:
+    """compile's optimizer: the script's own hvd.DistributedOptimizer made to load without Horovod in every mode;
+    under Horovod, one whose gradients are averaged across ranks."""
+    if adopt.is_horovod_optimizer(arguments.get("optimizer")):
+        adopt.loads_without_horovod(arguments["optimizer"])
+    if engine.hvd is not None:
+        optimizer = keras.optimizers.get(arguments.get("optimizer", "rmsprop"))
+        arguments["optimizer"] = _horovod_optimizer(engine, engine.plan, optimizer)
 
 
 def _horovod_optimizer(engine: Engine, plan: Any, optimizer: Any) -> Any:
