@@ -149,7 +149,7 @@ def _apply_options(strategy: Any, options: Any, plan: Plan, tf: Any) -> str:
 
 def is_horovod_optimizer(optimizer: Any) -> bool:
     """hvd.DistributedOptimizer's product: a subclass made on the fly whose methods come from horovod._keras."""
-    return any(getattr(member, "__module__", "").startswith("horovod")
+    return any((getattr(member, "__module__", None) or "").startswith("horovod")  # Keras 3 has some set to None
                for member in vars(type(optimizer)).values() if callable(member))
 
 
