@@ -184,19 +184,18 @@ def _compose_callbacks(engine: Engine, keras: Any, tf: Any, stage: Any, stage_nu
 def _adapt_optimizer(engine: Engine, keras: Any, arguments: dict) -> None:
     """compile's optimizer: the script's own hvd.DistributedOptimizer made to load without Horovod in every mode;
     under Horovod, one whose gradients are averaged across ranks."""
+    # the script's own hvd.DistributedOptimizer (or distrain's, from an earlier compile): kept as it is
     if adopt.is_horovod_optimizer(arguments.get("optimizer")):
         adopt.loads_without_horovod(arguments["optimizer"])
-    if engine.hvd is not None:
+    elif engine.hvd is not None:
         optimizer = keras.optimizers.get(arguments.get("optimizer", "rmsprop"))
         arguments["optimizer"] = _horovod_optimizer(engine, engine.plan, optimizer)
 
 
 def _horovod_optimizer(engine: Engine, plan: Any, optimizer: Any) -> Any:
-    """The optimizer with its gradients averaged across Horovod ranks (once, however often compile is called, and
-    not again when the script wrapped it in hvd.DistributedOptimizer itself)."""
+    """The optimizer with its gradients averaged across Horovod ranks (once, however often compile is called; an
+    hvd.DistributedOptimizer, the script's own, never reaches here: _adapt_optimizer keeps it)."""
     if getattr(optimizer, "_distrain_wrapped", False):
-        return optimizer
-    if adopt.is_horovod_optimizer(optimizer):  # the script's own: kept (compile made it load without Horovod)
         return optimizer
     if plan.keras == "keras3":
         from .compat import keras3_horovod
