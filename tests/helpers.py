@@ -17,6 +17,18 @@ DISTRAIN = str(VENV_BIN / "distrain")
 XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 # scripts/test.sh --full: the whole product of combinations, and what CI's default tier leaves out (tests/README.md)
 FULL_TIER = os.environ.get("DISTRAIN_TEST_TIER") == "full"
+# Horovod's background thread wakes every cycle (HOROVOD_CYCLE_TIME, ms) to negotiate with the other ranks, and it
+# spins while its rank waits (a trace, a checkpoint, the other rank's start): at Horovod's default it burns about half
+# a core per rank on CI's 2 cores (the custom-loop BatchNorm script: 94 CPU-s at the default, 52 at 20 ms). A longer
+# cycle delays a collective by at most that much; what the tests prove (sync, resume, stops) does not depend on it.
+HOROVOD_CYCLE_MS = "20"
+# Horovod x2 the two ways users start it. Open MPI's mpirun where the launcher is not what a test is about: horovodrun
+# --gloo first imports TensorFlow once more to check that Horovod was built with Gloo (horovod/common/util.py,
+# gloo_built), 4-5 CPU-seconds a launch on CI's 2 cores. The Gloo path keeps tests of its own (tests/README.md).
+# --bind-to none: Open MPI binds 2 ranks to a core each, and two tests at once would share those 2 cores unevenly.
+MPIRUN = ["mpirun", "--allow-run-as-root", "--tag-output", "-np", "2", "--bind-to", "none", "-x", "PATH",
+          "-x", "PYTHONUNBUFFERED", "-mca", "btl_tcp_if_include", "lo", "-mca", "oob_tcp_if_include", "lo"]
+HOROVODRUN_GLOO = ["horovodrun", "-np", "2", "--gloo"]
 
 
 def full_tier_only(why: str):  # noqa: ANN201 - a pytest mark
@@ -33,6 +45,7 @@ def clean_env(**extra: str) -> dict[str, str]:
            and k not in ("CUDA_VISIBLE_DEVICES", "http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")}
     env["PATH"] = f"{VENV_BIN}:{env.get('PATH', '')}"
     env["PYTHONUNBUFFERED"] = "1"
+    env["HOROVOD_CYCLE_TIME"] = HOROVOD_CYCLE_MS
     if XDIST_WORKER:  # each worker its own default work dir (/tmp/$USER/distrain): the same command run by two
         env["USER"] = f"{env.get('USER', 'root')}-{XDIST_WORKER}"  # tests at once would be one run, in use
     env.update(extra)

@@ -1,6 +1,6 @@
 """The scripts users already have (tests/compat/scripts), written as the guides and TensorFlow's and Keras' docs
 teach, not as distrain's examples are: each runs unchanged in one process, under MWM x2 (distrain launch) and,
-where it does not build its own MultiWorkerMirroredStrategy, under Horovod x2 (Gloo). Every rank exits 0 and ends
+where it does not build its own MultiWorkerMirroredStrategy, under Horovod x2 (mpirun). Every rank exits 0 and ends
 with identical weights, the loss falls, the ranks' samples add up to one pass per epoch (the scripts that carry
 tests/compat/scripts/counting.py's layer), and a model saved on the chief only is complete and loadable."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import DISTRAIN, FULL_TIER, assert_trained_in_sync, clean_env, load_model, results, run
+from helpers import DISTRAIN, FULL_TIER, MPIRUN, assert_trained_in_sync, clean_env, load_model, results, run
 from slurm_jobs import submit
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -22,7 +22,7 @@ HOROVOD_BY_HAND = ["guide_horovod.py", "horovod_sharded.py", "horovod_tf2_custom
 LAUNCH = {
     "single": ([DISTRAIN, "run"], 1),
     "mwm": ([DISTRAIN, "launch", "-n", "2"], 2),
-    "horovod": (["horovodrun", "-np", "2", "--gloo", DISTRAIN, "run"], 2),
+    "horovod": ([*MPIRUN, DISTRAIN, "run"], 2),
 }
 # Horovod's Keras API drives tf_keras only (horovod#4290): distrain's Keras `auto` sees the script import it and
 # picks tf_keras by itself (plan._keras_family), so no script here needs DISTRAIN_KERAS
@@ -84,7 +84,7 @@ def assert_work_split(found: list[dict], ranks: int) -> None:
 def test_horovods_tensorflow_api_fails_on_keras_3_variables_without_distrain_negative_control(tmp_path):
     """horovod.tensorflow keys variables by .ref(), which Keras 3 variables lack: compat/keras3_horovod hands it
     their tf.Variables. The day this passes without distrain's hooks, Horovod is fixed and the fix can go."""
-    out = run(["horovodrun", "-np", "2", "--gloo", DISTRAIN, "run", str(SCRIPTS / "horovod_tf2_custom_loop_keras3.py"),
+    out = run([*MPIRUN, DISTRAIN, "run", str(SCRIPTS / "horovod_tf2_custom_loop_keras3.py"),
                str(tmp_path / "ckpt")], env=clean_env(DISTRAIN_HOOKS="0"))
     assert out.returncode != 0 and "object has no attribute 'ref'" in out.stdout, out.stdout[-3000:]
 
@@ -142,7 +142,7 @@ def test_a_horovod_custom_loops_batchnorm_statistics_are_averaged_so_rank_0s_sav
     script = SCRIPTS / "horovod_tf2_synthetic_benchmark.py"
     if family == "keras3":
         script = as_a_keras3_user_writes_it(script, tmp_path)
-    out = run(["horovodrun", "-np", "2", "--gloo", DISTRAIN, "run", str(script), str(tmp_path / "model.keras")],
+    out = run([*MPIRUN, DISTRAIN, "run", str(script), str(tmp_path / "model.keras")],
               timeout=600)
     assert out.returncode == 0, out.stdout[-4000:]
     assert f"keras {family}" in distrain_plan(script), family  # auto picks the family the script was written for
@@ -155,7 +155,7 @@ def distrain_plan(script: Path) -> str:
 
 
 def test_without_distrain_a_horovod_custom_loop_ends_with_each_rank_its_own_statistics_negative_control(tmp_path):
-    out = run(["horovodrun", "-np", "2", "--gloo", DISTRAIN, "run", str(SCRIPTS / "horovod_tf2_synthetic_benchmark.py"),
+    out = run([*MPIRUN, DISTRAIN, "run", str(SCRIPTS / "horovod_tf2_synthetic_benchmark.py"),
                str(tmp_path / "model.keras")], env=clean_env(DISTRAIN_HOOKS="0"), timeout=600)
     assert out.returncode == 0, out.stdout[-4000:]
     assert len({r["weights"] for r in results(out.stdout)}) == 2, out.stdout[-2000:]

@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import DISTRAIN, FULL_TIER, KERAS_FAMILIES, ROOT, keras_env, run
+from helpers import DISTRAIN, FULL_TIER, KERAS_FAMILIES, MPIRUN, ROOT, keras_env, run
 
 SCRIPT = str(ROOT / "tests" / "integration" / "scripts" / "fine_tune.py")
 LAUNCHERS = {
     "single": [DISTRAIN, "run"],
     "mwm": [DISTRAIN, "launch", "-n", "2"],
-    "horovod": ["horovodrun", "-np", "2", "--gloo", DISTRAIN, "run"],
+    "horovod": [*MPIRUN, DISTRAIN, "run"],
 }
 PAIRWISE = [("single", "keras3"), ("mwm", "legacy"), ("horovod", "keras3")]
 CORE = {("single", "keras3"), ("mwm", "legacy")}
