@@ -82,8 +82,9 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-# a requeued job may restart only once its previous credential expired (default 120 s): keep tests quick
-AuthInfo=cred_expire=20
+# a requeued job may restart only once its previous credential expired (default 120 s): keep tests quick, with
+# 5x the seconds a step's credential takes from slurmctld to slurmd on a busy 2-core VM
+AuthInfo=cred_expire=10
 SlurmctldPort=$SLURM_CTLD_PORT
 StateSaveLocation=$SLURM_ROOT/state
 SlurmdSpoolDir=$SLURM_ROOT/spool/%n
@@ -99,6 +100,9 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
+# a requeued job becomes eligible when its old credential expires, an event no scheduler pass follows: it would
+# wait for the next periodic pass (backfill 30 s, main 60 s by default)
+SchedulerParameters=bf_interval=1,sched_interval=2
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none

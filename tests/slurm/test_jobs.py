@@ -155,7 +155,7 @@ def test_sigterm_checkpoints_requeues_and_resumes(slurm, tmp_path):
     try:
         wait_for_text(log, "Epoch 3/")
         subprocess.run(["scancel", "--signal=TERM", job_id], env=env, check=True)
-        # the requeued run waits for the old credential to expire (the test cluster's cred_expire=20)
+        # the requeued run waits for the old credential to expire (the test cluster's cred_expire=10)
         wait_gone(slurm, job_id, timeout=300)
     finally:
         cancel(slurm, job_id)
