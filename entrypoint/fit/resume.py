@@ -34,6 +34,7 @@ from .. import runs
 from . import batches, skip_beneath
 
 _ENDLESS = -1  # tf.data.INFINITE_CARDINALITY
+_TF_KERAS_COUNTERS = "_maybe_load_initial_counters_from_ckpt"  # where tf_keras' fit asks for its first epoch and step
 
 
 @dataclass(frozen=True)
@@ -232,12 +233,26 @@ def starting_at(keras_family: str, model: Any, position: Position | None) -> Ite
     if position.step == 0:
         yield
         return
-    # tf_keras asks the model where to start (its BackupAndRestore's counters): answer with the position
-    model._maybe_load_initial_counters_from_ckpt = lambda *_args, **_kwargs: (position.epoch, position.step)
+    with _tf_keras_starting_at(model, position):
+        yield
+
+
+@contextlib.contextmanager
+def _tf_keras_starting_at(model: Any, position: Position) -> Iterator[None]:
+    """tf_keras' fit asks the model where to start (`Model._maybe_load_initial_counters_from_ckpt`, its
+    BackupAndRestore's counters): for this model, during this fit, the answer is the position. Patched on the
+    class that defines the method and restored after the fit, never set on the user's model."""
+    owner = next(cls for cls in type(model).__mro__ if _TF_KERAS_COUNTERS in vars(cls))
+    original = vars(owner)[_TF_KERAS_COUNTERS]
+
+    def counters(self: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
+        return (position.epoch, position.step) if self is model else original(self, *args, **kwargs)
+
+    setattr(owner, _TF_KERAS_COUNTERS, counters)
     try:
         yield
     finally:
-        del model._maybe_load_initial_counters_from_ckpt
+        setattr(owner, _TF_KERAS_COUNTERS, original)
 
 
 def _keras3_step_generator() -> tuple[Any, str] | None:
