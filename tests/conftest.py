@@ -60,6 +60,14 @@ def _running() -> bool:
 
 
 @pytest.fixture(scope="session")
+def kept_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where this session keeps the runs several tests compare against (helpers.run_once): shared by the xdist
+    workers (their base temp's parent is the session's)."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "kept-runs"
+
+
+@pytest.fixture(scope="session")
 def slurm():
     """Start the test cluster (idempotent); stop it afterwards only if this session started it."""
     was_running = os.path.exists(SLURM_CONF) and _running()

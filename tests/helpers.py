@@ -7,7 +7,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,6 +29,27 @@ HOROVOD_CYCLE_MS = "20"
 MPIRUN = ["mpirun", "--allow-run-as-root", "--tag-output", "-np", "2", "--bind-to", "none", "-x", "PATH",
           "-x", "PYTHONUNBUFFERED", "-mca", "btl_tcp_if_include", "lo", "-mca", "oob_tcp_if_include", "lo"]
 HOROVODRUN_GLOO = ["horovodrun", "-np", "2", "--gloo"]
+
+
+def run_once(kept: Path, key: tuple, produce: Callable[[Path, Path], subprocess.CompletedProcess]) -> Path:
+    """The output directory of a run that several tests compare against (a run never stopped), produced once a
+    session by produce(output_dir, state_dir), which must exit 0: the first test to need it runs it, the others
+    (on any xdist worker) wait on its lock and read it. `key` names everything the run depends on."""
+    import fcntl
+    import hashlib
+    import shutil
+
+    name = hashlib.sha256(repr(key).encode()).hexdigest()[:12]
+    kept.mkdir(exist_ok=True)
+    with open(kept / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (kept / f"{name}.passed").exists():
+            shutil.rmtree(kept / name, ignore_errors=True)
+            (kept / name).mkdir()
+            done = produce(kept / name, kept / f"{name}-state")
+            assert done.returncode == 0, done.stdout[-3000:]
+            (kept / f"{name}.passed").touch()
+    return kept / name
 
 
 def full_tier_only(why: str):  # noqa: ANN201 - a pytest mark

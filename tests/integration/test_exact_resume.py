@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from entrypoint.runs import newest_checkpoint
-from helpers import DISTRAIN, FULL_TIER, KERAS_FAMILIES, MPIRUN, ROOT, keras_env, run
+from helpers import DISTRAIN, FULL_TIER, KERAS_FAMILIES, MPIRUN, ROOT, keras_env, run, run_once
 
 SCRIPT = str(ROOT / "tests" / "integration" / "scripts" / "exact_resume.py")
 LAUNCHERS = {
@@ -33,6 +33,14 @@ def train(launcher: list[str], out: Path, state: Path, family: str, data: str = 
     out.mkdir(exist_ok=True)
     return run([*launcher, SCRIPT, "--input", data, "--out", str(out), *args],
                env=keras_env(family, DISTRAIN_OUTPUT_DIR=str(state), **env))
+
+
+def never_stopped(kept: Path, launcher: list[str], family: str, data: str = "numpy", args: tuple = ()) -> Path:
+    """The output of the command run through, never stopped: what a stopped and resumed run must end with, run once
+    a session for the tests that compare against the same command (helpers.run_once). Without checkpoint settings:
+    a run that checkpoints ends the same."""
+    return run_once(kept, ("exact_resume", launcher, family, data, args),
+                    lambda out, state: train(launcher, out, state, family, data, args=args))
 
 
 def trained_ids(out: Path) -> dict[str, list[str]]:
@@ -82,14 +90,13 @@ def stop_and_resume(launcher: list[str], tmp_path: Path, family: str, data: str,
 
 
 @pytest.mark.parametrize(("data", "mode", "family", "shape"), list(cases()))
-def test_a_run_stopped_mid_epoch_resumes_exactly_where_it_was(tmp_path, data, mode, family, shape):
+def test_a_run_stopped_mid_epoch_resumes_exactly_where_it_was(tmp_path, kept_runs, data, mode, family, shape):
     launcher = LAUNCHERS[mode]
     args = ("--batch-norm", *(("--no-input-shape",) if shape == "built-on-first-batch" else ()))
-    never_stopped = train(launcher, tmp_path / "a", tmp_path / "state-a", family, data, args=args)
-    assert never_stopped.returncode == 0, never_stopped.stdout[-3000:]
+    a = never_stopped(kept_runs, launcher, family, data, args)
     stop_and_resume(launcher, tmp_path, family, data, args)
 
-    reference, stopped_and_resumed = trained_ids(tmp_path / "a"), trained_ids(tmp_path / "b")
+    reference, stopped_and_resumed = trained_ids(a), trained_ids(tmp_path / "b")
     assert len(reference) == (1 if mode == "single" else 2)
     assert stopped_and_resumed == reference  # the same batches in the same order: nothing repeated or skipped
     if data == "stream":  # the stream's first 288 samples, every one of the 100 in them
@@ -97,14 +104,15 @@ def test_a_run_stopped_mid_epoch_resumes_exactly_where_it_was(tmp_path, data, mo
     else:
         assert every_sample(reference) == sorted(list(range(100)) * 3)  # 3 epochs of 100, split between the ranks
     for kept in ("weights.npy", "statistics.npy"):  # every weight, the moving statistics included, bit for bit
-        assert np.array_equal(np.load(tmp_path / "a" / kept), np.load(tmp_path / "b" / kept)), kept
+        assert np.array_equal(np.load(a / kept), np.load(tmp_path / "b" / kept)), kept
 
 
-def test_each_ranks_own_moving_statistics_are_what_makes_the_resume_exact_negative_control(tmp_path):
-    """The same stop under MWM x2, the ranks' own copies removed before the resume: every rank then goes on from
-    the chief's statistics, and the run ends with other ones than the run never stopped."""
-    launcher, args = LAUNCHERS["mwm"], ("--batch-norm",)
-    assert train(launcher, tmp_path / "a", tmp_path / "state-a", "keras3", args=args).returncode == 0
+def test_each_ranks_own_moving_statistics_are_what_makes_the_resume_exact_negative_control(tmp_path, kept_runs):
+    """The same stop under MWM x2 (numpy-mwm-keras3-built-on-first-batch above), the ranks' own copies removed
+    before the resume: every rank then goes on from the chief's statistics, and the run ends with other ones than
+    the run never stopped."""
+    launcher, args = LAUNCHERS["mwm"], ("--batch-norm", "--no-input-shape")
+    a = never_stopped(kept_runs, launcher, "keras3", "numpy", args)
 
     def remove_each_ranks_own(state: Path) -> None:
         (kept,) = state.glob("runs/*/ranks")
@@ -112,20 +120,19 @@ def test_each_ranks_own_moving_statistics_are_what_makes_the_resume_exact_negati
         shutil.rmtree(kept)
 
     stop_and_resume(launcher, tmp_path, "keras3", "numpy", args, between=remove_each_ranks_own)
-    assert trained_ids(tmp_path / "b") == trained_ids(tmp_path / "a")
-    assert np.array_equal(np.load(tmp_path / "a" / "weights.npy"), np.load(tmp_path / "b" / "weights.npy"))
-    assert not np.array_equal(np.load(tmp_path / "a" / "statistics.npy"), np.load(tmp_path / "b" / "statistics.npy"))
+    assert trained_ids(tmp_path / "b") == trained_ids(a)
+    assert np.array_equal(np.load(a / "weights.npy"), np.load(tmp_path / "b" / "weights.npy"))
+    assert not np.array_equal(np.load(a / "statistics.npy"), np.load(tmp_path / "b" / "statistics.npy"))
 
 
 @pytest.mark.parametrize(("mode", "family"), [("mwm", "legacy"), ("single", "keras3"),
                                               *([("single", "legacy")] if FULL_TIER else [])])
-def test_a_crashed_run_resumes_from_its_last_timed_checkpoint(tmp_path, mode, family):
+def test_a_crashed_run_resumes_from_its_last_timed_checkpoint(tmp_path, kept_runs, mode, family):
     """DISTRAIN_CHECKPOINT_EVERY=3: a checkpoint every 3 steps. A crash (no signal, no last checkpoint) at epoch 2
     step 5 loses steps 3-5 of epoch 2 (the newest checkpoint is after its step 2); the rerun goes on from step 3
     and ends with the weights of the run never stopped."""
     launcher = LAUNCHERS[mode]
-    never_stopped = train(launcher, tmp_path / "a", tmp_path / "state-a", family, DISTRAIN_CHECKPOINT_EVERY="3")
-    assert never_stopped.returncode == 0, never_stopped.stdout[-3000:]
+    a = never_stopped(kept_runs, launcher, family)
     crashed = train(launcher, tmp_path / "b", tmp_path / "state-b", family, CRASH_AT="2:5",
                     DISTRAIN_CHECKPOINT_EVERY="3")
     assert crashed.returncode != 0, crashed.stdout[-3000:]
@@ -136,24 +143,22 @@ def test_a_crashed_run_resumes_from_its_last_timed_checkpoint(tmp_path, mode, fa
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     assert "at epoch 2, step 3 (" in resumed.stdout, resumed.stdout[-3000:]
 
-    reference, crashed_and_resumed = trained_ids(tmp_path / "a"), trained_ids(tmp_path / "b")
+    reference, crashed_and_resumed = trained_ids(a), trained_ids(tmp_path / "b")
     assert crashed_and_resumed.keys() == reference.keys()
     steps = 7  # an epoch: 100 samples in global batches of 16
     for rank, lines in crashed_and_resumed.items():  # what ran after the checkpoint before the crash, ran again
         assert lines[:steps + 2] + lines[trained_before[rank]:] == reference[rank]
-    assert np.array_equal(np.load(tmp_path / "a" / "weights.npy"), np.load(tmp_path / "b" / "weights.npy"))
+    assert np.array_equal(np.load(a / "weights.npy"), np.load(tmp_path / "b" / "weights.npy"))
 
 
 @pytest.mark.parametrize("family", [pytest.param("keras3", marks=pytest.mark.core), "legacy"])
-def test_timed_checkpoints_with_several_steps_a_call_resume_exactly(tmp_path, family):
+def test_timed_checkpoints_with_several_steps_a_call_resume_exactly(tmp_path, kept_runs, family):
     """compile(steps_per_execution=2): a train-function call runs 2 steps, and Keras' batch hooks run once a call
     (Keras 3.3 passing the call's first batch, tf_keras its last). 6 steps an epoch, DISTRAIN_CHECKPOINT_EVERY=4
     and a crash after epoch 2's second call: the rerun goes on from the newest checkpoint's true position, redoes
     only what came after it, and ends with the weights of the run never stopped."""
     launcher, two_a_call = LAUNCHERS["single"], ("--steps-per-execution", "2", "--samples", "96")
-    never_stopped = train(launcher, tmp_path / "a", tmp_path / "state-a", family, args=two_a_call,
-                          DISTRAIN_CHECKPOINT_EVERY="4")
-    assert never_stopped.returncode == 0, never_stopped.stdout[-3000:]
+    a = never_stopped(kept_runs, launcher, family, args=two_a_call)
     crashed = train(launcher, tmp_path / "b", tmp_path / "state-b", family, args=two_a_call, CRASH_AT="2:3",
                     DISTRAIN_CHECKPOINT_EVERY="4")
     assert crashed.returncode != 0, crashed.stdout[-3000:]
@@ -167,9 +172,9 @@ def test_timed_checkpoints_with_several_steps_a_call_resume_exactly(tmp_path, fa
     steps = 6  # an epoch: 96 samples in batches of 16
     done = (int(where[1]) - 1) * steps + int(where[2]) - 1  # batches in the checkpoint the rerun resumed from
     assert 0 < trained_before - done <= 4, (trained_before, done)  # the crash lost what came after it
-    (reference,), (lines,) = trained_ids(tmp_path / "a").values(), trained_ids(tmp_path / "b").values()
+    (reference,), (lines,) = trained_ids(a).values(), trained_ids(tmp_path / "b").values()
     assert lines[:done] + lines[trained_before:] == reference  # nothing trained twice into the weights, nothing left
-    assert np.array_equal(np.load(tmp_path / "a" / "weights.npy"), np.load(tmp_path / "b" / "weights.npy"))
+    assert np.array_equal(np.load(a / "weights.npy"), np.load(tmp_path / "b" / "weights.npy"))
 
 
 def saved_counters(state: Path) -> dict[str, int]:
@@ -182,23 +187,23 @@ def saved_counters(state: Path) -> dict[str, int]:
             for name in ("ckpt_saved_epoch", "ckpt_saved_batch")}
 
 
-def test_a_negative_control_tells_a_different_order_apart(tmp_path):
+def test_a_negative_control_tells_a_different_order_apart(tmp_path, kept_runs):
     """The comparison can fail: the same run without distrain's checkpoints resumes nothing and retrains."""
-    never_stopped = train(LAUNCHERS["single"], tmp_path / "a", tmp_path / "state-a", "keras3")
+    a = never_stopped(kept_runs, LAUNCHERS["single"], "keras3")
     stopped = train(LAUNCHERS["single"], tmp_path / "b", tmp_path / "state-b", "keras3", STOP_AT="2:3",
                     DISTRAIN_STOP_CHECK_SECONDS="0", DISTRAIN_CHECKPOINT="0")
-    assert stopped.returncode == 75 and never_stopped.returncode == 0, stopped.stdout[-3000:]
+    assert stopped.returncode == 75, stopped.stdout[-3000:]
     train(LAUNCHERS["single"], tmp_path / "b", tmp_path / "state-b", "keras3", DISTRAIN_CHECKPOINT="0")
-    assert trained_ids(tmp_path / "b") != trained_ids(tmp_path / "a")
-    assert not np.array_equal(np.load(tmp_path / "a" / "weights.npy"), np.load(tmp_path / "b" / "weights.npy"))
+    assert trained_ids(tmp_path / "b") != trained_ids(a)
+    assert not np.array_equal(np.load(a / "weights.npy"), np.load(tmp_path / "b" / "weights.npy"))
 
 
 @pytest.mark.parametrize(("before", "after"), [("mwm", "single"), ("single", "mwm")])
-def test_a_run_resumes_on_another_number_of_workers(tmp_path, before, after):
+def test_a_run_resumes_on_another_number_of_workers(tmp_path, kept_runs, before, after):
     """Stopped on 2 workers and resumed on 1 (or the reverse): the same global batches go on from the same step,
     every sample once per epoch, and the weights are those of the run never stopped within floating-point
     reduction order (the gradient of a global batch is the same mean however many replicas share it)."""
-    assert train(LAUNCHERS[before], tmp_path / "a", tmp_path / "state-a", "keras3").returncode == 0
+    a = never_stopped(kept_runs, LAUNCHERS[before], "keras3")
     stopped = train(LAUNCHERS[before], tmp_path / "b", tmp_path / "state", "keras3", STOP_AT="2:3",
                     DISTRAIN_STOP_CHECK_SECONDS="0")
     where = re.search(r"stopped on SIGTERM after saving a checkpoint; rerun to resume at epoch (\d+), step (\d+)",
@@ -208,8 +213,8 @@ def test_a_run_resumes_on_another_number_of_workers(tmp_path, before, after):
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     assert f"at epoch {where[1]}, step {where[2]} (" in resumed.stdout, resumed.stdout[-3000:]
     assert every_sample(trained_ids(tmp_path / "b")) == sorted(list(range(100)) * 3)
-    never_stopped, resumed = np.load(tmp_path / "a" / "weights.npy"), np.load(tmp_path / "b" / "weights.npy")
-    assert np.allclose(never_stopped, resumed, rtol=1e-4, atol=1e-5), abs(never_stopped - resumed).max()
+    through, resumed = np.load(a / "weights.npy"), np.load(tmp_path / "b" / "weights.npy")
+    assert np.allclose(through, resumed, rtol=1e-4, atol=1e-5), abs(through - resumed).max()
 
 
 @pytest.mark.skipif(not keras.__version__.startswith("3.3."), reason="Keras 3.15's epoch iterator makes a new iterator "

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import DISTRAIN, FULL_TIER, KERAS_FAMILIES, MPIRUN, ROOT, keras_env, run
+from helpers import DISTRAIN, FULL_TIER, KERAS_FAMILIES, MPIRUN, ROOT, keras_env, run, run_once
 
 SCRIPT = str(ROOT / "tests" / "integration" / "scripts" / "fine_tune.py")
 LAUNCHERS = {
@@ -36,6 +36,13 @@ def fine_tune(mode: str, family: str, out: Path, state: Path, args: tuple = (), 
                env=keras_env(family, DISTRAIN_OUTPUT_DIR=str(state), **env))
 
 
+def never_stopped(kept: Path, mode: str, family: str, args: tuple = ()) -> Path:
+    """The script run through, never stopped, once a session for the tests that compare against it
+    (helpers.run_once)."""
+    return run_once(kept, ("fine_tune", mode, family, args),
+                    lambda out, state: fine_tune(mode, family, out, state, args))
+
+
 def trained_ids(out: Path) -> dict[str, list[str]]:
     """Each rank's trained batches in each fit, in order."""
     return {p.name: p.read_text().splitlines() for p in sorted(out.glob("ids-rank*-fit*.txt"))}
@@ -52,13 +59,13 @@ def stopped_then_rerun(mode: str, family: str, tmp_path: Path, stop_at: str, arg
     return rerun.stdout
 
 
-def assert_the_same_run(tmp_path: Path, first_fit_finished: bool = True) -> None:
-    reference, stopped_and_rerun = trained_ids(tmp_path / "a"), trained_ids(tmp_path / "b")
+def assert_the_same_run(a: Path, b: Path, first_fit_finished: bool = True) -> None:
+    reference, stopped_and_rerun = trained_ids(a), trained_ids(b)
     assert len(reference) in (2, 4) and stopped_and_rerun == reference  # every batch once, in its fit and order
-    assert np.array_equal(np.load(tmp_path / "a" / "weights.npy"), np.load(tmp_path / "b" / "weights.npy"))
-    assert (tmp_path / "a" / "evaluation.txt").read_text() == (tmp_path / "b" / "evaluation.txt").read_text()
+    assert np.array_equal(np.load(a / "weights.npy"), np.load(b / "weights.npy"))
+    assert (a / "evaluation.txt").read_text() == (b / "evaluation.txt").read_text()
     if first_fit_finished:  # its recorded random state: what the script draws after it is what it drew before
-        assert drawn_after_the_first_fit(tmp_path / "a") == drawn_after_the_first_fit(tmp_path / "b")
+        assert drawn_after_the_first_fit(a) == drawn_after_the_first_fit(b)
 
 
 def drawn_after_the_first_fit(out: Path) -> dict[str, str]:
@@ -67,71 +74,69 @@ def drawn_after_the_first_fit(out: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(("mode", "family"), list(cases()))
-def test_a_fine_tuning_script_stopped_in_its_second_fit_resumes_there_exactly(tmp_path, mode, family):
-    never_stopped = fine_tune(mode, family, tmp_path / "a", tmp_path / "state-a")
-    assert never_stopped.returncode == 0, never_stopped.stdout[-3000:]
+def test_a_fine_tuning_script_stopped_in_its_second_fit_resumes_there_exactly(tmp_path, kept_runs, mode, family):
+    a = never_stopped(kept_runs, mode, family)
     rerun = stopped_then_rerun(mode, family, tmp_path, stop_at="2:2:2")
     assert re.search(r"resuming run fine_tune-\w+ at fit 2, epoch 2, step \d+ ", rerun), rerun[-3000:]
     assert "fit 1 finished in an earlier attempt: its end state is restored, not trained again" in rerun
-    assert_the_same_run(tmp_path)
+    assert_the_same_run(a, tmp_path / "b")
     assert not list((tmp_path / "state-b").glob("runs/*/finished"))  # the script ended: a rerun trains again
 
 
-def test_a_stop_in_the_first_fit_resumes_there(tmp_path):
-    assert fine_tune("single", "legacy", tmp_path / "a", tmp_path / "state-a").returncode == 0
+def test_a_stop_in_the_first_fit_resumes_there(tmp_path, kept_runs):
+    a = never_stopped(kept_runs, "single", "legacy")
     rerun = stopped_then_rerun("single", "legacy", tmp_path, stop_at="1:2:2")
     assert re.search(r"resuming run fine_tune-\w+ at epoch 2, step \d+ ", rerun), rerun[-3000:]
     # the global random state within an interrupted fit is not kept with its checkpoints (README): the numbers
     # its callback drew before the stop are drawn anew
-    assert_the_same_run(tmp_path, first_fit_finished=False)
+    assert_the_same_run(a, tmp_path / "b", first_fit_finished=False)
 
 
-def test_a_finished_fit_forgotten_is_trained_again_negative_control(tmp_path):
+def test_a_finished_fit_forgotten_is_trained_again_negative_control(tmp_path, kept_runs):
     """The first fit's record removed before the rerun: it trains again (its batches twice in all), which the
     comparison above would catch."""
-    assert fine_tune("single", "keras3", tmp_path / "a", tmp_path / "state-a").returncode == 0
+    a = never_stopped(kept_runs, "single", "keras3")
 
     def forget_the_first_fit(state: Path) -> None:
         (finished,) = state.glob("runs/*/finished")
         shutil.rmtree(finished)
 
     stopped_then_rerun("single", "keras3", tmp_path, stop_at="2:2:2", between=forget_the_first_fit)
-    reference, rerun = trained_ids(tmp_path / "a"), trained_ids(tmp_path / "b")
+    reference, rerun = trained_ids(a), trained_ids(tmp_path / "b")
     assert rerun["ids-rank0-fit1.txt"] == reference["ids-rank0-fit1.txt"] * 2
     assert rerun["ids-rank0-fit2.txt"] == reference["ids-rank0-fit2.txt"]
 
 
-def test_a_skipped_fit_without_its_random_state_draws_other_numbers_negative_control(tmp_path):
+def test_a_skipped_fit_without_its_random_state_draws_other_numbers_negative_control(tmp_path, kept_runs):
     """The first fit's random state left out of its record: the numbers the script draws after it differ."""
-    assert fine_tune("single", "keras3", tmp_path / "a", tmp_path / "state-a").returncode == 0
+    a = never_stopped(kept_runs, "single", "keras3")
 
     def forget_the_random_state(state: Path) -> None:
         (kept,) = state.glob("runs/*/finished/random-rank0.pkl")
         kept.unlink()
 
     stopped_then_rerun("single", "keras3", tmp_path, stop_at="2:2:2", between=forget_the_random_state)
-    assert drawn_after_the_first_fit(tmp_path / "a") != drawn_after_the_first_fit(tmp_path / "b")
+    assert drawn_after_the_first_fit(a) != drawn_after_the_first_fit(tmp_path / "b")
 
 
 @pytest.mark.parametrize(("mode", "family"), [pytest.param("single", "keras3", marks=pytest.mark.core),
                                               ("mwm", "legacy")], ids=["single-keras3", "mwm-legacy"])
-def test_callbacks_whose_patience_runs_out_right_after_the_stop_decide_as_in_the_run_never_stopped(tmp_path, mode,
-                                                                                                     family):
+def test_callbacks_whose_patience_runs_out_right_after_the_stop_decide_as_in_the_run_never_stopped(tmp_path, kept_runs,
+                                                                                                     mode, family):
     """--plateau: the second fit's loss never improves by min_delta=10, so ReduceLROnPlateau halves the learning
     rate at every epoch end but the first and EarlyStopping (patience 2) stops after epoch 3. Stopped in epoch 3,
     the rerun goes on with their counters (callback_state.py): it stops after epoch 3 too, with the same weights."""
-    never_stopped = fine_tune(mode, family, tmp_path / "a", tmp_path / "state-a", args=("--plateau",))
-    assert never_stopped.returncode == 0, never_stopped.stdout[-3000:]
-    assert (tmp_path / "a" / "last-epoch.txt").read_text() == "3"
+    a = never_stopped(kept_runs, mode, family, ("--plateau",))
+    assert (a / "last-epoch.txt").read_text() == "3"
     stopped_then_rerun(mode, family, tmp_path, stop_at="2:3:2", args=("--plateau",))
     assert (tmp_path / "b" / "last-epoch.txt").read_text() == "3"
-    assert_the_same_run(tmp_path)
+    assert_the_same_run(a, tmp_path / "b")
 
 
-def test_callbacks_started_afresh_decide_otherwise_negative_control(tmp_path):
+def test_callbacks_started_afresh_decide_otherwise_negative_control(tmp_path, kept_runs):
     """The callbacks' counters removed before the rerun: EarlyStopping waits from scratch and stops two epochs
     later, with other weights."""
-    assert fine_tune("single", "legacy", tmp_path / "a", tmp_path / "state-a", args=("--plateau",)).returncode == 0
+    a = never_stopped(kept_runs, "single", "legacy", ("--plateau",))
 
     def forget_the_callbacks(state: Path) -> None:
         kept = list(state.glob("runs/*/fit-2/chief/ckpt-*.callbacks"))
@@ -142,4 +147,4 @@ def test_callbacks_started_afresh_decide_otherwise_negative_control(tmp_path):
     stopped_then_rerun("single", "legacy", tmp_path, stop_at="2:3:2", args=("--plateau",),
                        between=forget_the_callbacks)
     assert (tmp_path / "b" / "last-epoch.txt").read_text() == "5"
-    assert not np.array_equal(np.load(tmp_path / "a" / "weights.npy"), np.load(tmp_path / "b" / "weights.npy"))
+    assert not np.array_equal(np.load(a / "weights.npy"), np.load(tmp_path / "b" / "weights.npy"))
