@@ -52,8 +52,15 @@ def test_apptainer_plan_test_and_labels(sif):
     tested = sh(["apptainer", "test", str(sif)])
     assert tested.returncode == 0, tested.stdout[-2000:]
     assert "horovod: 0.28.1" in tested.stdout and "no problems found" in tested.stdout
-    # %test ends with the selftest: every mode trained in the image, the GPU rows skipped here
-    assert re.search(r"^Horovod x2\s+pass ", tested.stdout, re.MULTILINE) and "verdict: PASS" in tested.stdout
+    # %test ends with `distrain selftest`: every mode trained in the image, the GPU rows skipped with their reason
+    assert re.search(r"^verdict: PASS \(\d+ passed, \d+ skipped\)$", tested.stdout, re.MULTILINE), tested.stdout
+    rows = {m[1]: (m[2], m[3]) for m in re.finditer(r"^(\S.*?)\s+(pass|skip|fail)\s+\d+s\s+(.*)$", tested.stdout,
+                                                     re.MULTILINE)}
+    assert all(rows[check][0] == "pass" for check in ("single", "MWM x2", "Horovod x2")), rows
+    assert "weights identical" in rows["MWM x2"][1] and "ring collectives" in rows["MWM x2"][1], rows
+    assert "collective: Horovod with mpi" in rows["Horovod x2"][1], rows  # the image starts it with mpirun
+    for check in ("GPU: mixed float16", "GPU: XLA", "GPU pinning", "driver"):
+        assert rows[check][0] == "skip" and rows[check][1], rows  # skipped, with the reason
     assert "org.opencontainers.image.version: 0.1.0" in sh(["apptainer", "inspect", str(sif)]).stdout
 
 
