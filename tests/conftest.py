@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT
+from helpers import ROOT, XDIST_WORKER
 
 FOLDER_MARKERS = {"unit", "integration", "horovod", "slurm", "container", "bench", "compat", "gpu"}
 CLUSTER_FIXTURES = {"slurm", "docker", "docker_image", "sif"}
@@ -64,7 +64,7 @@ def kept_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where this session keeps the runs several tests compare against (helpers.run_once): shared by the xdist
     workers (their base temp's parent is the session's)."""
     base = tmp_path_factory.getbasetemp()
-    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "kept-runs"
+    return (base.parent if XDIST_WORKER else base) / "kept-runs"
 
 
 @pytest.fixture(scope="session")

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -35,10 +38,6 @@ def run_once(kept: Path, key: tuple, produce: Callable[[Path, Path], subprocess.
     """The output directory of a run that several tests compare against (a run never stopped), produced once a
     session by produce(output_dir, state_dir), which must exit 0: the first test to need it runs it, the others
     (on any xdist worker) wait on its lock and read it. `key` names everything the run depends on."""
-    import fcntl
-    import hashlib
-    import shutil
-
     name = hashlib.sha256(repr(key).encode()).hexdigest()[:12]
     kept.mkdir(exist_ok=True)
     with open(kept / f"{name}.lock", "w") as lock:
