@@ -166,7 +166,8 @@ def _compose_callbacks(engine: Engine, keras: Any, tf: Any, stage: Any, stage_nu
         position = _position_input(engine, stage, model, arguments, user, facts)
         own = (average.save_own, average.restore_own) if average is not None else (None, None)
         backup = checkpoint.make_backup_callback(stage, keras, stage_number, tuple(user),
-                                                 checkpoint.BackupHooks(position, *own))
+                                                 checkpoint.BackupHooks(stopping.stop_for_rerun, position, *own))
+        arguments["initial_epoch"] = backup.first_epoch(int(arguments.get("initial_epoch") or 0))
         for lost in callback_state.not_restorable(user):
             _say(engine, f"a resume cannot give back {lost}: they are those of the epochs since it")
         after.append(backup)

@@ -22,11 +22,11 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from .. import runs, workdirs
 from ..engines import Engine
-from ..errors import EXIT_PREEMPTED, DistrainError, EnvironmentProblem
+from ..errors import EnvironmentProblem
 from ..log import get as log
 from ..plan import Plan
 from ..runs import checkpoint_number, newest_checkpoint
@@ -120,8 +120,10 @@ def _local_reads(plan: Plan) -> Any:
 @dataclass(frozen=True)
 class BackupHooks:
     """What the fit hook gives a backup when it builds it: where the resume is expected to start (the positioned
-    input, resume.py; None: not positioned, so no exact resume) and each rank's own state to keep before a
-    mid-epoch write and give back after a restore (sync.py, rank_state.py)."""
+    input, resume.py; None: not positioned, so no exact resume), each rank's own state to keep before a
+    mid-epoch write and give back after a restore (sync.py, rank_state.py), and how to stop this attempt for a
+    rerun (stopping.stop_for_rerun) when the checkpoint the fit was started for is set aside."""
+    stop_for_rerun: Callable[[str], NoReturn]
     expected: Any = None
     before_write: Callable[[tuple[int, int]], None] | None = None
     after_restore: Callable[[tuple[int, int]], None] | None = None
@@ -138,11 +140,13 @@ class Backup(Protocol):
 
     save_freq: Any  # "epoch", or DISTRAIN_CHECKPOINT_EVERY's number of steps
 
+    def first_epoch(self, script_initial_epoch: int) -> int: ...
+
     def save_now(self, epoch: int, batch: int) -> str | None: ...
 
 
-def make_backup_callback(plan: Plan, keras: Any, stage: int = 1, script_callbacks: tuple = (),
-                         hooks: BackupHooks = BackupHooks()) -> Backup:
+def make_backup_callback(plan: Plan, keras: Any, stage: int, script_callbacks: tuple,
+                         hooks: BackupHooks) -> Backup:
     """A backup-and-restore callback for this plan (built lazily: it needs the Keras module setup chose), for the
     script's fit number `stage`, whose checkpoints are in plan.checkpoint_dir (runner.py: runs.stage_dir); the
     counters of `script_callbacks` go with every checkpoint (callback_state.py); `hooks`: what the fit hook knows
@@ -163,8 +167,13 @@ class TfKerasBackup:
         self.plan, self.stage, self.script_callbacks = plan, stage, script_callbacks
         self.chief_dir = runs.chief_dir(plan.checkpoint_dir)
         self._position, self.written, self._averaged = (0, 0), False, False
+        self.hooks = hooks
         self.exact, self.expected = hooks.exact, hooks.expected
         self.before_write, self.after_restore = hooks.before_write, hooks.after_restore
+
+    def first_epoch(self, script_initial_epoch: int) -> int:
+        """tf_keras' fit reads its counters from this callback's checkpoint itself: the script's epoch stands."""
+        return script_initial_epoch
 
     def on_train_begin(self, logs: Any = None) -> None:
         self._batch_begun: int | None = None
@@ -233,7 +242,8 @@ class TfKerasBackup:
                     raise
                 log().warning(f"checkpoint {newest} is unreadable ({type(exc).__name__}); falling back")
                 _drop_checkpoint(self.chief_dir, newest)
-                _refuse_if_positioned_elsewhere(self, self.plan)
+                if self.exact:  # tf_keras' own counters follow the previous one; the positioned input does not
+                    self.hooks.stop_for_rerun(_set_aside(self.plan))
         epoch = int(self._training_state._ckpt_saved_epoch.numpy())
         if epoch < 0:
             return
@@ -278,8 +288,19 @@ class Keras3Backup:
         self._steps = 0  # steps trained in this fit
         self._last_batch = -1  # the last batch of the epoch in progress that a step ended at
         self._due = False  # DISTRAIN_CHECKPOINT_EVERY steps passed since the last timed checkpoint
+        self.hooks = hooks
         self.exact, self.expected = hooks.exact, hooks.expected
         self.before_write, self.after_restore = hooks.before_write, hooks.after_restore
+
+    def first_epoch(self, script_initial_epoch: int) -> int:
+        """The epochs the newest checkpoint has done, as fit's `initial_epoch` (Keras' `self._initial_epoch or
+        initial_epoch`). Keras 3's own BackupAndRestore sets `model._initial_epoch` instead, which no fit resets:
+        the script's next fit would start at that epoch too."""
+        newest = newest_checkpoint(self.chief_dir)
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            if newest is not None:
+                return _epochs_done(newest) or script_initial_epoch
+        return script_initial_epoch  # unreadable: on_train_begin sets it aside and stops for a rerun
 
     def on_train_begin(self, logs: Any = None) -> None:
         while True:
@@ -291,14 +312,13 @@ class Keras3Backup:
                 if optimizer is not None and not optimizer.built:
                     optimizer.build(self.model.trainable_variables)
                 self.model.load_weights(newest + ".weights.h5")
-                with open(newest + ".json") as handle:
-                    done = int(json.load(handle)["epochs_done"])
+                done = _epochs_done(newest)
                 break
             except Exception as exc:  # noqa: BLE001 - h5py/json/Keras raise many types for a bad file
                 log().warning(f"checkpoint {newest} is unreadable ({type(exc).__name__}); falling back")
                 _drop_checkpoint(self.chief_dir, newest)
-                _refuse_if_positioned_elsewhere(self, self.plan)
-        self.model._initial_epoch = done
+                # fit was started at the newest one's epoch (first_epoch): a rerun starts at the previous one's
+                self.hooks.stop_for_rerun(_set_aside(self.plan))
         callback_state.restore(newest, self.script_callbacks)
         position = runs.read_position(self.plan.checkpoint_dir) if self.exact else None
         if position and self.after_restore is not None:
@@ -385,14 +405,18 @@ def _after(callback: Any, epoch: int, batch: int) -> tuple[int, int]:
     return (epoch + 1, 0) if steps and batch + 1 >= steps else (epoch, batch + 1)
 
 
-def _refuse_if_positioned_elsewhere(backup: Any, plan: Plan) -> None:
-    """The input was positioned for the newest checkpoint (resume.py), now set aside as unreadable: the previous
-    one starts elsewhere. Stop (exit 75, requeued like a preemption) rather than train from the wrong batch; the
-    rerun positions the input for the previous checkpoint."""
-    if backup.expected is None:
-        return
-    raise DistrainError(f"the newest checkpoint in {plan.checkpoint_dir} was unreadable and is set aside; rerun "
-                        "to resume exactly from the previous one", EXIT_PREEMPTED)
+def _epochs_done(prefix: str) -> int:
+    """The epochs done that a Keras 3 checkpoint records (its .json, written last)."""
+    with open(prefix + ".json") as handle:
+        return int(json.load(handle)["epochs_done"])
+
+
+def _set_aside(plan: Plan) -> str:
+    """Why an attempt stops when the newest checkpoint is unreadable: the fit was started for it (the positioned
+    input, resume.py; Keras 3's first epoch) and the previous one starts elsewhere. Rather than train from the
+    wrong batch, the rerun starts the fit for the previous one."""
+    return (f"the newest checkpoint in {plan.checkpoint_dir} was unreadable and is set aside; rerun to resume "
+            "exactly from the previous one")
 
 
 def _drop_checkpoint(directory: str, prefix: str) -> None:

@@ -19,7 +19,7 @@ import math
 import signal
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .. import runs
 from ..errors import EXIT_PREEMPTED, DistrainError
@@ -44,6 +44,20 @@ class Preempted(DistrainError):
                     "or your own BackupAndRestore, or the signal came outside fit), so a rerun resumes only from "
                     "what your script saved")
         super().__init__(said, EXIT_PREEMPTED)
+
+
+class StoppedForRerun(DistrainError):
+    """A stop no signal asked for: what this attempt found (a checkpoint set aside as unreadable) means only a
+    fresh start resumes right. Exit 75, requeued and restarted like a preemption."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why, EXIT_PREEMPTED)
+
+
+def stop_for_rerun(why: str) -> NoReturn:
+    """Stop this attempt for a rerun (StoppedForRerun), with the exit code a requeue reads, whatever comes later."""
+    ignore_stop_signals()
+    raise StoppedForRerun(why)
 
 
 class SignalFlag:

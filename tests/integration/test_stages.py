@@ -83,9 +83,10 @@ def test_a_fine_tuning_script_stopped_in_its_second_fit_resumes_there_exactly(tm
     assert not list((tmp_path / "state-b").glob("runs/*/finished"))  # the script ended: a rerun trains again
 
 
-def test_a_stop_in_the_first_fit_resumes_there(tmp_path, kept_runs):
-    a = never_stopped(kept_runs, "single", "legacy")
-    rerun = stopped_then_rerun("single", "legacy", tmp_path, stop_at="1:2:2")
+@pytest.mark.parametrize("family", KERAS_FAMILIES)
+def test_a_stop_in_the_first_fit_resumes_there(tmp_path, kept_runs, family):
+    a = never_stopped(kept_runs, "single", family)
+    rerun = stopped_then_rerun("single", family, tmp_path, stop_at="1:2:2")
     assert re.search(r"resuming run fine_tune-\w+ at epoch 2, step \d+ ", rerun), rerun[-3000:]
     # the global random state within an interrupted fit is not kept with its checkpoints (README): the numbers
     # its callback drew before the stop are drawn anew
