@@ -79,7 +79,6 @@ def run_script_command(script: str, args: list[str]) -> None:
     path = check_script(script)
     plan = detect(os.environ, script=path, argv=args)
     runtime.apply_checks(plan)
-    runtime.STATE.plan = plan
     logger = log.configure(plan.line_prefix)
     if plan.checkpoint_workdir:
         _open_the_runs_state(plan, path, args, logger)

@@ -19,20 +19,27 @@ from .plan import Plan, detect
 
 
 @dataclass
-class _State:
+class _ThisProcess:
+    """What setup applied and built, once a process: read through current_plan, setup and startup_phases only (the
+    public API in __init__, and the benchmarks); everything inside a run is given the Engine instead."""
     plan: Plan | None = None
     engine: Engine | None = None  # its tf and keras too (Engine.tf, Engine.keras)
-    phases: dict[str, float] = field(default_factory=dict)  # wall time each start-up phase ended (benchmarks)
+    phases: dict[str, float] = field(default_factory=dict)  # wall time each start-up phase ended
 
 
-STATE = _State()
+_THIS_PROCESS = _ThisProcess()
 
 
 def current_plan(script: str | None = None) -> Plan:
     """The Plan of this process: the one setup applied, else detected now from os.environ."""
-    if STATE.plan is None:
-        STATE.plan = detect(os.environ, script=script)
-    return STATE.plan
+    if _THIS_PROCESS.plan is None:
+        _THIS_PROCESS.plan = detect(os.environ, script=script)
+    return _THIS_PROCESS.plan
+
+
+def startup_phases() -> dict[str, float]:
+    """The wall time each start-up phase ended (plan, tensorflow, strategy): the benchmarks' start-up suite."""
+    return dict(_THIS_PROCESS.phases)
 
 
 def apply_checks(plan: Plan) -> None:
@@ -61,11 +68,11 @@ def apply_environment(plan: Plan) -> None:
 def setup(plan: Plan | None = None, checked: bool = False) -> Engine:
     """Apply the Plan and build the engine (idempotent). `checked`: the caller ran apply_checks already (the
     commands do, before a run's state is touched)."""
-    if STATE.engine is not None:
-        return STATE.engine
-    STATE.phases["plan"] = time.time()
+    if _THIS_PROCESS.engine is not None:
+        return _THIS_PROCESS.engine
+    _THIS_PROCESS.phases["plan"] = time.time()
     plan = plan or current_plan()
-    STATE.plan = plan
+    _THIS_PROCESS.plan = plan
     log.configure(plan.line_prefix)
     if not checked:
         apply_checks(plan)
@@ -82,7 +89,7 @@ def setup(plan: Plan | None = None, checked: bool = False) -> Engine:
             ) from None
     import tensorflow as tf
 
-    STATE.phases["tensorflow"] = time.time()
+    _THIS_PROCESS.phases["tensorflow"] = time.time()
     if plan.keras == "keras3" and plan.mode in ("mwm", "mirrored") and plan.replicas > 1:  # a strategy's replicas
         from .compat import keras3_mwm
 
@@ -93,8 +100,8 @@ def setup(plan: Plan | None = None, checked: bool = False) -> Engine:
     engine = dataclasses.replace(build(plan, tf), tf=tf, keras=tf.keras)
     if engine.strategy is not None:
         tf.distribute.experimental_set_strategy(engine.strategy)
-    STATE.engine = engine  # for the public API (__init__) and the benchmarks
-    STATE.phases["strategy"] = time.time()  # MWM: the workers have all joined (the rendezvous is in build)
+    _THIS_PROCESS.engine = engine
+    _THIS_PROCESS.phases["strategy"] = time.time()  # MWM: the workers have all joined (the rendezvous is in build)
     for warning in plan.warnings:
         log.get().warning(warning)
     return engine

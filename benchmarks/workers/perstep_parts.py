@@ -65,11 +65,11 @@ def callback_cost(callback, calls: int) -> float:
 
 def checkpoint_callback(plan, keras, steps: int):
     """distrain's checkpoint callback for this family, on a small compiled model, as fit sets it up."""
-    from entrypoint.fit import checkpoint
+    from entrypoint.fit import checkpoint, stopping
 
     model = keras.Sequential([keras.layers.Input((4,)), keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
-    backup = checkpoint.make_backup_callback(plan, keras)
+    backup = checkpoint.make_backup_callback(plan, keras, 1, (), checkpoint.BackupHooks(stopping.stop_for_rerun))
     backup.set_model(model)
     backup.set_params({"epochs": 1, "steps": steps, "verbose": 0})
     return backup
@@ -77,9 +77,10 @@ def checkpoint_callback(plan, keras, steps: int):
 
 def callbacks() -> dict:
     from entrypoint.fit import stalls, stopping
-    from entrypoint.runtime import STATE
+    from entrypoint.runtime import setup
 
-    plan, engine = STATE.plan, STATE.engine
+    engine = setup()  # the one this process set up (idempotent)
+    plan = engine.plan
     keras = engine.keras
     calls = 2_000 if args.smoke else 100_000
     if not plan.checkpoint_dir:

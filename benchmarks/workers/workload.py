@@ -11,7 +11,7 @@ Two measures, one line from the chief:
 `--pin` pins every thread of the process to one core (by local rank), so two workers on a small machine do not
 fight over its cores (threads made later inherit the mask; the runner sets TF_NUM_INTRAOP_THREADS).
 The default line also carries the start-up phases: the process's start, and under distrain the wall time its
-set-up phases ended (plan, tensorflow, strategy: entrypoint.runtime.STATE.phases), for benchmarks/run.py startup.
+set-up phases ended (plan, tensorflow, strategy: entrypoint.runtime.startup_phases), for benchmarks/run.py startup.
 """
 
 import argparse
@@ -69,7 +69,7 @@ def cpu_by_thread() -> dict[str, float]:
 
 def distrain_phases() -> dict:
     runtime = sys.modules.get("entrypoint.runtime")
-    return {f"phase_{name}": at for name, at in runtime.STATE.phases.items()} if runtime else {}
+    return {f"phase_{name}": at for name, at in runtime.startup_phases().items()} if runtime else {}
 
 
 parser = argparse.ArgumentParser()
