@@ -122,12 +122,15 @@ def _run_and_record_the_end(plan: Any, path: str, args: list[str]) -> None:
     """Set up, run the script, and record how this worker ended (endings.py): a lost peer is one line and exit 4,
     the script's own error its traceback and exit 1."""
     from . import runner, runtime
+    from .fit import batches
 
     ending = _Ending(plan.checkpoint_dir, plan.rank, plan.size)
     engine = None
+    evened = batches.EvenedInputs()  # exact resume's datasets, evened already (fit/batches.py)
     try:
-        engine = runtime.setup(plan, checked=True)
-        runner.run_script(path, args, engine)
+        engine = runtime.setup(plan, checked=True,
+                               before_distributing=batches.before_distributing(evened) if plan.hooks else None)
+        runner.run_script(path, args, engine, evened)
     except SystemExit as exc:
         ending.record(exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1, "the script exited")
         raise

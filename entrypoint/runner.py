@@ -52,7 +52,7 @@ def _outermost_only(inside: threading.local):  # noqa: ANN202
 def install_hooks(engine: Engine, keras: Any, tf: Any, evened: batches.EvenedInputs,
                   signals: stopping.SignalFlag) -> None:
     """Patch keras.Model's fit, compile and save for this engine (the module doc). `evened`: exact resume's inputs
-    (batches.even_out_input); `signals`: the stop signals caught (stopping.install)."""
+    (batches.before_distributing); `signals`: the stop signals caught (stopping.install)."""
     plan = engine.plan
     model_cls = keras.Model
     if getattr(model_cls, "_distrain_hooked", False):
@@ -290,14 +290,14 @@ def _adopt_horovod_tensorflow_api(engine: Engine) -> None:
         log().info("Keras 3 variables handed to Horovod's TensorFlow API as tf.Variables (no .ref())")
 
 
-def run_script(script: str, argv: list[str], engine: Engine | None) -> None:
-    """Execute `script` as __main__ with sys.argv = [script, *argv], like `python script args`."""
+def run_script(script: str, argv: list[str], engine: Engine | None, evened: batches.EvenedInputs) -> None:
+    """Execute `script` as __main__ with sys.argv = [script, *argv], like `python script args`. `evened`: where
+    the datasets exact resume makes go, for the engine's strategy to leave them as they are
+    (batches.before_distributing)."""
     if engine is not None and engine.plan.hooks:
-        evened, signals = batches.EvenedInputs(), stopping.install(engine.plan)
+        signals = stopping.install(engine.plan)
         install_hooks(engine, engine.keras, engine.tf, evened, signals)
         adopt.install_strategy_adoption(engine, engine.plan, engine.tf)
-        if engine.strategy is not None:
-            batches.even_out_input(engine.strategy, evened)
         if engine.plan.keras == "keras3" and (engine.hvd is not None or engine.plan.script_uses_horovod_tf):
             _adopt_horovod_tensorflow_api(engine)
         if engine.hvd is not None and engine.size > 1 and engine.plan.script_uses_horovod_tf:

@@ -10,7 +10,9 @@ import dataclasses
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import devices, log
 from .engines import Engine, build
@@ -65,9 +67,11 @@ def apply_environment(plan: Plan) -> None:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def setup(plan: Plan | None = None, checked: bool = False) -> Engine:
+def setup(plan: Plan | None = None, checked: bool = False,
+          before_distributing: Callable[[Any, int], Any] | None = None) -> Engine:
     """Apply the Plan and build the engine (idempotent). `checked`: the caller ran apply_checks already (the
-    commands do, before a run's state is touched)."""
+    commands do, before a run's state is touched); `before_distributing`: what the strategy does to a dataset
+    first (engines.build; a run with its hooks on: fit/batches.before_distributing)."""
     if _THIS_PROCESS.engine is not None:
         return _THIS_PROCESS.engine
     _THIS_PROCESS.phases["plan"] = time.time()
@@ -97,7 +101,7 @@ def setup(plan: Plan | None = None, checked: bool = False) -> Engine:
         if fixes and plan.is_chief:
             log.get().info(f"Keras {sys.modules['keras'].__version__} fixes for distributed fit: {'; '.join(fixes)}")
     devices.configure(plan, tf)
-    engine = dataclasses.replace(build(plan, tf), tf=tf, keras=tf.keras)
+    engine = dataclasses.replace(build(plan, tf, before_distributing), tf=tf, keras=tf.keras)
     if engine.strategy is not None:
         tf.distribute.experimental_set_strategy(engine.strategy)
     _THIS_PROCESS.engine = engine

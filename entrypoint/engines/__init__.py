@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +40,9 @@ class Engine:
         return self.size if self.hvd else 1
 
 
-def build(plan: Plan, tf) -> Engine:  # noqa: ANN001 - the tensorflow module
+def build(plan: Plan, tf, before_distributing: Callable[[Any, int], Any] | None = None) -> Engine:  # noqa: ANN001
+    """The engine of this plan (tf: the tensorflow module). `before_distributing(dataset, replicas)`: what the
+    strategy, if any, does to every dataset it distributes first (fit/batches.before_distributing)."""
     if plan.mode == "horovod":
         from . import horovod
 
@@ -49,16 +52,33 @@ def build(plan: Plan, tf) -> Engine:  # noqa: ANN001 - the tensorflow module
     if plan.mode == "mwm":
         from . import mwm
 
-        return Engine(plan, strategy=mwm.build(plan, tf), peers=plan.cluster)
+        strategy = mwm.build(plan, tf, _distributing(tf.distribute.MultiWorkerMirroredStrategy, before_distributing))
+        return Engine(plan, strategy=strategy, peers=plan.cluster)
     if plan.mode == "mirrored":
-        return Engine(plan, strategy=_mirrored(plan, tf))
+        return Engine(plan, strategy=_mirrored(plan, tf, _distributing(tf.distribute.MirroredStrategy,
+                                                                       before_distributing)))
     return Engine(plan, strategy=None)  # single: TensorFlow's default strategy, zero overhead
 
 
-def _mirrored(plan: Plan, tf):  # noqa: ANN001, ANN202
+def _distributing(strategy_class: type, before: Callable[[Any, int], Any] | None) -> type:
+    """`strategy_class`, or where `before` is given its subclass (same name: log lines and `isinstance` read as
+    TensorFlow's) whose `experimental_distribute_dataset` hands `before` the dataset first."""
+    if before is None:
+        return strategy_class
+
+    def experimental_distribute_dataset(self: Any, dataset: Any, *args: Any, **kwargs: Any) -> Any:
+        return strategy_class.experimental_distribute_dataset(self, before(dataset, self.num_replicas_in_sync),
+                                                              *args, **kwargs)
+
+    return type(strategy_class.__name__, (strategy_class,), {
+        "experimental_distribute_dataset": experimental_distribute_dataset, "__module__": __name__,
+        "__doc__": f"{strategy_class.__name__} whose input is first made to split between its replicas."})
+
+
+def _mirrored(plan: Plan, tf, strategy_class: type):  # noqa: ANN001, ANN202
     cross = None
     if plan.collective == "ring":
         cross = tf.distribute.HierarchicalCopyAllReduce()
     elif plan.collective == "nccl":
         cross = tf.distribute.NcclAllReduce()
-    return tf.distribute.MirroredStrategy(cross_device_ops=cross)
+    return strategy_class(cross_device_ops=cross)

@@ -82,7 +82,8 @@ def _start_watchdog(seconds: float, prefix: str, cluster: tuple[str, ...]) -> in
     return write_fd
 
 
-def build(plan: Plan, tf):  # noqa: ANN001, ANN201 - tensorflow module in, strategy out
+def build(plan: Plan, tf, strategy_class: type):  # noqa: ANN001, ANN201 - tensorflow module in, strategy out
+    """A strategy_class (MultiWorkerMirroredStrategy or its subclass: engines._distributing) of the plan's cluster."""
     _check_addresses(plan)
     implementation = getattr(tf.distribute.experimental.CommunicationImplementation, _IMPLEMENTATIONS[plan.collective])
     options = tf.distribute.experimental.CommunicationOptions(
@@ -91,7 +92,7 @@ def build(plan: Plan, tf):  # noqa: ANN001, ANN201 - tensorflow module in, strat
     )
     joined = _start_watchdog(plan.start_timeout, plan.prefix, plan.cluster)
     try:
-        strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+        strategy = strategy_class(communication_options=options)
     finally:
         os.close(joined)
     return strategy

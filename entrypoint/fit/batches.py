@@ -3,10 +3,11 @@ sample once, split between the replicas, and no replica is ever handed an empty 
 
 - MWM (and MirroredStrategy over several GPUs) splits each global batch between the replicas, but the last
   global batch of an epoch can be smaller than the replicas; a replica then gets an empty batch, and oneDNN's
-  fused Conv+ReLU gradient fails on it (tensorflow#60857; Keras 3 also made its loss NaN). `even_out_input`
-  makes the strategy top such a short last batch up with samples from the end of the batch before it, for `fit`
-  (numpy, `tf.data`, generators: Keras hands them all to `experimental_distribute_dataset`) and for custom loops
-  alike. The number of steps is unchanged and nothing is dropped or repeated.
+  fused Conv+ReLU gradient fails on it (tensorflow#60857; Keras 3 also made its loss NaN). distrain's strategy
+  (`before_distributing`, given to engines.build) tops such a short last batch up with samples from the end of
+  the batch before it, for `fit` (numpy, `tf.data`, generators: Keras hands them all to
+  `experimental_distribute_dataset`) and for custom loops alike. The number of steps is unchanged and nothing
+  is dropped or repeated.
 - Zero-code Horovod runs one copy of the script per rank and Horovod splits nothing: every rank would train on
   the whole epoch. `adapt_fit_arguments` gives each rank its contiguous slice of every global batch, the
   slicing MWM does, so the step count is the same on every rank and every sample is trained on once per epoch in
@@ -416,7 +417,7 @@ def evened_for_replicas(dataset: Any, replicas: int) -> Any:
 
 class EvenedInputs:
     """The datasets distrain made whose every epoch already ends in a batch that splits cleanly (resume.py evens
-    each epoch before repeating it): `even_out_input` leaves them as they are. Known by identity, for the run:
+    each epoch before repeating it): `before_distributing` leaves them as they are. Known by identity, for the run:
     nothing is set on the datasets themselves (a later transform would drop it silently)."""
 
     def __init__(self) -> None:
@@ -429,20 +430,14 @@ class EvenedInputs:
         return self._datasets.get(id(dataset)) is dataset
 
 
-def even_out_input(strategy: Any, evened: EvenedInputs) -> None:
-    """Make `strategy.experimental_distribute_dataset` even out a short last batch first (see the module doc),
-    but for the datasets in `evened`."""
-    original = strategy.experimental_distribute_dataset
-    if getattr(original, "_distrain_evens", False) or strategy.num_replicas_in_sync < 2:
-        return
+def before_distributing(evened: EvenedInputs) -> Callable[[Any, int], Any]:
+    """What distrain's strategy does to a dataset before it distributes it between its replicas (engines.build):
+    a short last batch evened out (see the module doc), but for the datasets in `evened`."""
 
-    def distribute(dataset: Any, *args: Any, **kwargs: Any) -> Any:
-        if dataset not in evened:
-            dataset = evened_for_replicas(dataset, strategy.num_replicas_in_sync)
-        return original(dataset, *args, **kwargs)
+    def even_out(dataset: Any, replicas: int) -> Any:
+        return dataset if dataset in evened else evened_for_replicas(dataset, replicas)
 
-    distribute._distrain_evens = True
-    strategy.experimental_distribute_dataset = distribute
+    return even_out
 
 
 def adapt_fit_arguments(arguments: dict, keras: Any, *, rank: int, size: int, note: Callable[[str], None],
