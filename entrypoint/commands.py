@@ -98,7 +98,7 @@ def _open_the_runs_state(plan: Any, path: str, args: list[str], logger: Any) -> 
     check_writable(plan.checkpoint_dir, what)
     identity = runs.RunIdentity(plan.run_name, plan.run_key, "")
     first = runs.open_run(plan.checkpoint_dir, identity, plan.rank, [path, *args], plan.resume,
-                          plan.checkpoint_dir_named, _about_the_run(path, args))
+                          plan.checkpoint_dir_named, _about_the_run(plan, path, args))
     if plan.is_chief:
         logger.info(first)
 
@@ -111,7 +111,7 @@ def _say_what_runs(plan: Any, logger: Any) -> None:
                 plan.launcher in ("horovodrun", "mpirun (Open MPI)"):
             logger.info("a lost worker ends this run (exit 4; the same command resumes it): restarts without a "
                         "person need `distrain launch` (MWM) or Horovod elastic (horovodrun --min-np)")
-        if os.environ.get("DISTRAIN_PRINT_PLAN") == "1":
+        if plan.print_plan:
             for line in plan.table().splitlines():
                 logger.info(f"plan | {line}")
     devices = f"GPU {','.join(plan.devices)}" if plan.devices else "CPU"
@@ -157,12 +157,12 @@ def _run_and_record_the_end(plan: Any, path: str, args: list[str]) -> None:
     ending.record(0)
 
 
-def _about_the_run(path: str, args: list[str]) -> dict[str, str]:
+def _about_the_run(plan: Any, path: str, args: list[str]) -> dict[str, str]:
     """What `distrain runs` shows of a run: the command that resumes it (a job script's, with its sbatch options;
     a launch's; else this one), where it was started, its Slurm job."""
     import shlex
 
-    resume = os.environ.get("DISTRAIN_RESUME_COMMAND") or shlex.join(["distrain", "run", path, *args])
+    resume = plan.resume_command or shlex.join(["distrain", "run", path, *args])
     about = {"resume": resume, "cwd": os.getcwd(), "started": platform.node()}
     if os.environ.get("SLURM_JOB_ID"):
         about["job"] = os.environ["SLURM_JOB_ID"]

@@ -68,6 +68,8 @@ class Plan:
     start_timeout: float = 300.0  # seconds for every MWM worker to join before the start-up watchdog ends it
     max_restarts: int = 3  # `distrain launch`: restarts from the last checkpoint after a fault (restarts.py)
     verbose: bool = False  # DISTRAIN_VERBOSE=1: keep TensorFlow's and gRPC's C++ INFO lines
+    print_plan: bool = False  # DISTRAIN_PRINT_PLAN=1 (the job scripts): the chief logs this Plan at its start
+    resume_command: str | None = None  # DISTRAIN_RESUME_COMMAND: what resumes this run (a job's, a launch's)
     env_set: tuple[tuple[str, str], ...] = ()
     env_unset: tuple[str, ...] = ()
     reasons: tuple[tuple[str, str], ...] = field(default=())
@@ -582,6 +584,12 @@ def _timers(env: Mapping[str, str]) -> dict[str, float | int]:
     }
 
 
+def _reporting(env: Mapping[str, str]) -> dict[str, bool | str | None]:
+    """What the run says about itself: TensorFlow's own INFO lines, the Plan in the log, the command that resumes."""
+    return {"verbose": _flag(env, "DISTRAIN_VERBOSE"), "print_plan": _flag(env, "DISTRAIN_PRINT_PLAN"),
+            "resume_command": env.get("DISTRAIN_RESUME_COMMAND") or None}
+
+
 def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: str | None = None,
            packages: Mapping[str, str] | None = None, argv: Sequence[str] = ()) -> Plan:
     """Decide mode, ranks, devices and cluster from the environment. Pure: no TensorFlow, no side effects.
@@ -635,10 +643,10 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
         script_uses_horovod_tf=_uses_horovod_tensorflow(script),
         elastic=elastic,
         collective_timeout=collective_timeout,
-        verbose=_flag(env, "DISTRAIN_VERBOSE"),
         env_set=tuple(sorted(env_set.items())),
         env_unset=tuple(env_unset),
         reasons=tuple(sorted(reasons.items())),
         warnings=tuple(warnings),
         **_timers(env),
+        **_reporting(env),
     )
