@@ -31,7 +31,10 @@ scaling    epoch time with 2 workers against 1 on the same numpy data (each work
 container  apptainer run (the image) vs the same work in the host venv, where an image exists
 comm       all-reduce time against tensor size: MWM ring vs Horovod Gloo vs Horovod MPI, 2 local workers
 stop       what a stop costs: SIGTERM to exit 75, and process start to the first step resumed at 10 % and 90 % of an
-           epoch with an expensive map (pure: skipped beneath it; random: made again), `distrain run`
+           epoch with an expensive map (pure: skipped beneath it; random: made again), in one process, MWM x2 and
+           Horovod x2; the checkpoint's write per MB; back at the stopped step against Keras' own BackupAndRestore
+nodes      8 emulated nodes of a second local Slurm: MWM x8 and Horovod x8 through jobs/*.job, rank 0's start-up
+           phases to its first step
 Side by side (overhead): the two variants run at the same time, each with all its processes on one core,
 then swapped (side_by_side); Horovod's row one after the other, each rank on a core of its own (one_after_other:
 two Horovod ranks on one core make its coordination bistable; `--one-after-other`: every row so). Elsewhere the
@@ -50,15 +53,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness import ROOT, compile_as_installed, machine
-from suites import Options, comm, container, overhead, perstep, scaling, startup, stop
+from suites import Options, comm, container, nodes, overhead, perstep, scaling, startup, stop
 
 SUITES: dict[str, Callable[[Options], dict]] = {
     "overhead": overhead.run, "perstep": perstep.run, "scaling": scaling.run, "startup": startup.run,
-    "container": container.run, "comm": comm.run, "stop": stop.run,
+    "container": container.run, "comm": comm.run, "stop": stop.run, "nodes": nodes.run,
     "input": lambda options: perstep.input_pipelines(options.reps, options.smoke),  # parts of perstep
     "fit": lambda options: perstep.fit_in_process(options.smoke),
 }
-ALL = ("overhead", "perstep", "scaling", "startup", "container", "comm")  # `all`; stop runs on its own
+ALL = ("overhead", "perstep", "scaling", "startup", "container", "comm")  # `all`; stop and nodes run on their own
 TARGETS = {"overhead": ">= 0.99 (throughput and CPU ratios)", "startup": "<= 1.05 (time ratio)",
            "perstep": "input ratios >= 0.99; callbacks a small share of a step",
            "input": "every ratio >= 0.99, as the control row",

@@ -2,13 +2,17 @@
 `range(N).shuffle(N, seed).map(expensive).batch(32)`, the map a stand-in for decode and augment, under a small
 model.
 
-    [STOP_AT=STEP] distrain run benchmarks/workers/expensive_map.py [--samples 8000] [--map pure|random]
+    [STOP_AT=STEP] [BACK_AT=STEP] distrain run benchmarks/workers/expensive_map.py [--samples 8000]
+        [--map pure|random] [--width 32] [--keras-backup DIR]
 
 --map pure: a function of its element alone (a fixed transform); --map random: it draws random numbers (random
-augmentation), so no batch passed over can be left unmade. STOP_AT=STEP (not an argument: the resume is the same
-command): the process sends itself SIGTERM after the first epoch's step STEP (1-based), as a preemption would, and
-prints when. Prints one line,
-`STOPCOST {"process_start", "first_step", "signalled"}`: wall times, the first step's when it ended.
+augmentation), so no batch passed over can be left unmade. --width: the hidden layer's units, so the model's
+state (weights and Adam's two slots) is what a checkpoint writes. --keras-backup DIR: the script's own Keras
+BackupAndRestore, as its guide shows (distrain then leaves checkpoints to it). STOP_AT=STEP (not an argument: the
+resume is the same command): every rank sends itself SIGTERM after the first epoch's step STEP (1-based), as a
+preemption would, and says when; BACK_AT=STEP: the resumed run says when training is past that step again. Rank 0
+prints one line, `STOPCOST {"process_start", "first_step", "signalled", "back", "state_mb"}`: wall times (the
+first step's and the step past BACK_AT's when they ended) and the megabytes of weights and optimizer state.
 """
 
 import argparse
@@ -33,8 +37,12 @@ parser.add_argument("--samples", type=int, default=8000)
 parser.add_argument("--batch-size", type=int, default=32)
 parser.add_argument("--map", choices=["pure", "random"], default="pure")
 parser.add_argument("--work", type=int, default=30, help="64x64 matrix products per element: the map's cost")
+parser.add_argument("--width", type=int, default=32, help="the hidden layer's units: the checkpoint's size")
+parser.add_argument("--keras-backup", help="the script's own keras.callbacks.BackupAndRestore in this directory")
 args = parser.parse_args()
-stop_at = int(os.environ.get("STOP_AT", "0"))
+stop_at, back_at = int(os.environ.get("STOP_AT", "0")), int(os.environ.get("BACK_AT", "0"))
+rank = int(os.environ.get("OMPI_COMM_WORLD_RANK") or json.loads(os.environ.get("TF_CONFIG") or
+                                                                 '{"task": {"index": 0}}')["task"]["index"])
 stamps: dict[str, float] = {"process_start": process_start()}
 tf.keras.utils.set_random_seed(3)
 SIDE = 64
@@ -63,14 +71,27 @@ class Stamps(tf.keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         stamps.setdefault("first_step", time.time())
+        if back_at and self.epoch == 0 and batch + 1 > back_at:
+            stamps.setdefault("back", time.time())
         if stop_at and self.epoch == 0 and batch + 1 == stop_at and "signalled" not in stamps:
             stamps["signalled"] = time.time()
-            print("STOPCOST " + json.dumps(stamps), flush=True)
+            say()
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-model = tf.keras.Sequential([tf.keras.layers.Input((SIDE * SIDE,)), tf.keras.layers.Dense(32, activation="relu"),
-                             tf.keras.layers.Dense(1)])
-model.compile(optimizer="sgd", loss=tf.keras.losses.BinaryCrossentropy(from_logits=True))
-model.fit(dataset, epochs=1, callbacks=[Stamps()], verbose=0)
-print("STOPCOST " + json.dumps(stamps), flush=True)
+def say():
+    if rank == 0:
+        print("STOPCOST " + json.dumps(stamps), flush=True)
+
+
+model = tf.keras.Sequential([tf.keras.layers.Input((SIDE * SIDE,)),
+                             tf.keras.layers.Dense(args.width, activation="relu"), tf.keras.layers.Dense(1)])
+model.compile(optimizer="adam", loss=tf.keras.losses.BinaryCrossentropy(from_logits=True))
+callbacks = [Stamps()]
+if args.keras_backup:
+    callbacks.append(tf.keras.callbacks.BackupAndRestore(args.keras_backup))
+model.fit(dataset, epochs=1, callbacks=callbacks, verbose=0)
+slots = model.optimizer.variables
+slots = slots() if callable(slots) else slots  # a method in tf_keras, a property in Keras 3
+stamps["state_mb"] = sum(v.numpy().nbytes for v in [*model.variables, *slots]) / 1e6
+say()

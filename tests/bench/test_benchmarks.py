@@ -130,8 +130,14 @@ def test_stop_cost_smoke_stops_resumes_and_writes_each_cost(tmp_path):
     out = run([sys.executable, "benchmarks/run.py", "stop", "--smoke", "--out", str(tmp_path)], timeout=900)
     assert out.returncode == 0, out.stdout[-3000:]
     rows = json.loads((tmp_path / "smoke-stop.json").read_text())["stop"]
-    assert set(rows) == {"samples", "map_products", "pure map", "random map"}
-    for row in (rows["pure map"], rows["random map"]):  # each run stopped with exit 75 and resumed (else it raises)
+    by_position = ["pure map", "random map", "mwm x2, pure map", "horovod x2, pure map"]
+    assert set(rows) == {"samples", "map_products", *by_position, "checkpoint write",
+                         "against Keras' BackupAndRestore"}
+    for row in (rows[name] for name in by_position):  # each run stopped with exit 75 and resumed (else it raises)
         assert all(row[f"{cost} at {where}"] > 0 for cost in ("stop_s", "resume_first_step_s")
                    for where in ("10 %", "90 %")), row
         assert 0 < row["ratio_min"] <= row["ratio_90_over_10"] <= row["ratio_max"], row
+    write = rows["checkpoint write"]
+    assert 0 < write["state_mb (small)"] < 2 and 90 < write["state_mb (large)"] < 110, write  # weights, Adam's slots
+    keras = rows["against Keras' BackupAndRestore"]
+    assert keras["back_s (distrain)"] > 0 and 0 < keras["ratio_min"] <= keras["ratio_max"], keras

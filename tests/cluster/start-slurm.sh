@@ -7,7 +7,9 @@
 # Usage:  tests/cluster/start-slurm.sh      then: source $SLURM_ROOT/env.sh (the slurm tests do both)
 # Adapted from the team's worked example (shared/reference). Tunables (env): SLURM_ROOT SLURM_NODES
 #                 SLURM_NODE_FIRST SLURM_CPUS SLURM_GPUS SLURM_MEM
-#                 SLURM_PARTITIONS SLURM_NODE_PORT_BASE SLURM_LINK_ETC
+#                 SLURM_PARTITIONS SLURM_NODE_PORT_BASE SLURM_CTLD_PORT SLURM_FIRST_JOB_ID SLURM_LINK_ETC
+# A second cluster beside the first (another SLURM_ROOT, nodes, ports and first job id, SLURM_LINK_ETC=0) runs
+# alongside it: tests/slurm/test_eight_nodes.py's 8 emulated nodes.
 set -euo pipefail
 
 SLURM_ROOT=${SLURM_ROOT:-/tmp/distrain-slurm}
@@ -21,7 +23,10 @@ SLURM_NODE_PORT_BASE=${SLURM_NODE_PORT_BASE:-17001}
 SLURM_CTLD_PORT=${SLURM_CTLD_PORT:-6817}
 SLURM_LINK_ETC=${SLURM_LINK_ETC:-1}      # 1: symlink /etc/slurm/{slurm,gres}.conf so SLURM_CONF is optional
 SLURM_MIN_JOB_AGE=${SLURM_MIN_JOB_AGE:-4} # 2..4 => 'sbatch --wait' polls every 2 s (else 2,8,32 s steps)
-HOSTS_MARK="# fake-slurm-nodes"
+# job ids of a second cluster apart from the first's: distrain derives MWM ports from the job id (ports.py), and
+# both clusters' nodes are this one host
+SLURM_FIRST_JOB_ID=${SLURM_FIRST_JOB_ID:-1}
+HOSTS_MARK="# fake-slurm-nodes"; [ "$SLURM_ROOT" = /tmp/distrain-slurm ] || HOSTS_MARK="$HOSTS_MARK of $SLURM_ROOT"
 
 [ "$(id -u)" = 0 ] || { echo "start-slurm.sh: must run as root" >&2; exit 1; }
 CONF=$SLURM_ROOT/etc/slurm.conf
@@ -44,7 +49,7 @@ fi
 missing=0; for n in "${NODES[@]}"; do getent hosts "$n" >/dev/null || missing=1; done
 if [ $missing = 1 ]; then
   # rewrite in place (no sed -i: /etc/hosts is often a bind mount)
-  grep -v "$HOSTS_MARK" /etc/hosts > "/tmp/.hosts.$$" || true
+  grep -v "$HOSTS_MARK$" /etc/hosts > "/tmp/.hosts.$$" || true
   echo "127.0.0.1 ${NODES[*]} $HOSTS_MARK" >> "/tmp/.hosts.$$"
   cat "/tmp/.hosts.$$" > /etc/hosts; rm -f "/tmp/.hosts.$$"
 fi
@@ -86,6 +91,7 @@ CredType=cred/munge
 # 5x the seconds a step's credential takes from slurmctld to slurmd on a busy 2-core VM
 AuthInfo=cred_expire=10
 SlurmctldPort=$SLURM_CTLD_PORT
+FirstJobId=$SLURM_FIRST_JOB_ID
 StateSaveLocation=$SLURM_ROOT/state
 SlurmdSpoolDir=$SLURM_ROOT/spool/%n
 # per-node temp dir: PMIx (srun --mpi=pmix) creates spmix_appdir_<uid>_<job>.<step> there, which would collide

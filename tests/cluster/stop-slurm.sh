@@ -3,7 +3,7 @@
 # STOP_MUNGE=1 also stops munged if start-slurm.sh started it; PURGE=1 deletes $SLURM_ROOT.
 set -uo pipefail
 SLURM_ROOT=${SLURM_ROOT:-/tmp/distrain-slurm}
-HOSTS_MARK="# fake-slurm-nodes"
+HOSTS_MARK="# fake-slurm-nodes"; [ "$SLURM_ROOT" = /tmp/distrain-slurm ] || HOSTS_MARK="$HOSTS_MARK of $SLURM_ROOT"
 export SLURM_CONF=$SLURM_ROOT/etc/slurm.conf
 # pid file names a live (non-zombie) process; PID 1 here may reap exited daemons late
 ours() { local p; alive "$1" && p=$(cat "$1" 2>/dev/null) && grep -qsE '^slurm(ctld|d)' "/proc/$p/comm"; }
@@ -23,8 +23,8 @@ fi
 for f in slurm.conf gres.conf; do
   [ -L /etc/slurm/$f ] && [ "$(readlink /etc/slurm/$f)" = "$SLURM_ROOT/etc/$f" ] && rm -f /etc/slurm/$f
 done
-if grep -q "$HOSTS_MARK" /etc/hosts 2>/dev/null; then
-  grep -v "$HOSTS_MARK" /etc/hosts > "/tmp/.hosts.$$"; cat "/tmp/.hosts.$$" > /etc/hosts; rm -f "/tmp/.hosts.$$"
+if grep -q "$HOSTS_MARK$" /etc/hosts 2>/dev/null; then
+  grep -v "$HOSTS_MARK$" /etc/hosts > "/tmp/.hosts.$$"; cat "/tmp/.hosts.$$" > /etc/hosts; rm -f "/tmp/.hosts.$$"
 fi
 [ "${PURGE:-0}" = 1 ] && rm -rf "$SLURM_ROOT"
 echo "stop-slurm.sh: stopped"
