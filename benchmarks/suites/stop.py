@@ -41,11 +41,12 @@ TIMEOUT_S = 600
 
 
 def stopcost_line(output: str) -> dict:
-    """Rank 0's STOPCOST line (under `distrain launch`, after the launcher's rank prefix)."""
+    """Rank 0's STOPCOST line (under `distrain launch`, after the launcher's rank prefix; another rank's output can
+    follow it on the same line: the JSON object alone is read)."""
     lines = [line.split("STOPCOST ", 1)[1] for line in output.splitlines() if "STOPCOST " in line]
     if not lines:
         raise RuntimeError(f"no STOPCOST line:\n{output[-3000:]}")
-    return json.loads(lines[-1])
+    return json.JSONDecoder().raw_decode(lines[-1])[0]
 
 
 def environment(state: str, **extra: str) -> dict[str, str]:
