@@ -167,7 +167,9 @@ def _compose_callbacks(engine: Engine, keras: Any, tf: Any, stage: Any, stage_nu
         own = (average.save_own, average.restore_own) if average is not None else (None, None)
         backup = checkpoint.make_backup_callback(stage, keras, stage_number, tuple(user),
                                                  checkpoint.BackupHooks(stopping.stop_for_rerun, position, *own))
-        arguments["initial_epoch"] = backup.first_epoch(int(arguments.get("initial_epoch") or 0))
+        script_epoch = int(arguments.get("initial_epoch") or 0)
+        if (first := backup.first_epoch(script_epoch)) != script_epoch:  # fit's own argument, set only to resume
+            arguments["initial_epoch"] = first
         for lost in callback_state.not_restorable(user):
             _say(engine, f"a resume cannot give back {lost}: they are those of the epochs since it")
         after.append(backup)

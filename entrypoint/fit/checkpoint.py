@@ -168,8 +168,6 @@ class TfKerasBackup:
         self.chief_dir = runs.chief_dir(plan.checkpoint_dir)
         self._position, self.written, self._averaged = (0, 0), False, False
         self.hooks = hooks
-        self.exact, self.expected = hooks.exact, hooks.expected
-        self.before_write, self.after_restore = hooks.before_write, hooks.after_restore
 
     def first_epoch(self, script_initial_epoch: int) -> int:
         """tf_keras' fit reads its counters from this callback's checkpoint itself: the script's epoch stands."""
@@ -210,8 +208,8 @@ class TfKerasBackup:
         super().on_train_batch_end(batch, logs)
 
     def _backup(self, epoch: int, batch: int = 0) -> None:
-        if self.before_write is not None and not self._averaged:
-            self.before_write(self._position)  # every rank is here: a timed checkpoint, a stop (stopping.py)
+        if self.hooks.before_write is not None and not self._averaged:
+            self.hooks.before_write(self._position)  # every rank is here: a timed checkpoint, a stop (stopping.py)
         if not self.plan.is_chief:
             # only the chief writes. Under MWM tf_keras has every worker write a copy (to a temp dir it then
             # deletes), because reading an ON_READ variable is a collective all must join; the chief reads
@@ -242,22 +240,22 @@ class TfKerasBackup:
                     raise
                 log().warning(f"checkpoint {newest} is unreadable ({type(exc).__name__}); falling back")
                 _drop_checkpoint(self.chief_dir, newest)
-                if self.exact:  # tf_keras' own counters follow the previous one; the positioned input does not
+                if self.hooks.exact:  # tf_keras' own counters follow the previous one; the positioned input does not
                     self.hooks.stop_for_rerun(_set_aside(self.plan))
         epoch = int(self._training_state._ckpt_saved_epoch.numpy())
         if epoch < 0:
             return
         callback_state.restore(newest_checkpoint(self.chief_dir) or "", self.script_callbacks)
         position = runs.read_position(self.plan.checkpoint_dir)
-        if position and self.exact and self.after_restore is not None:
-            self.after_restore((position["epoch"], position["step"]))
+        if position and self.hooks.exact and self.hooks.after_restore is not None:
+            self.hooks.after_restore((position["epoch"], position["step"]))
         if self.plan.is_chief:
             at = runs.describe(**position, stage=self.stage) if position else f"the end of epoch {epoch + 1}"
             log().info(f"resumed from checkpoint in {self.chief_dir}: training goes on at {at}")
 
     def save_now(self, epoch: int, batch: int) -> str | None:
         """Write a checkpoint now (a signal, a timed checkpoint); say where a resume starts, None if it failed."""
-        if self.save_freq == "epoch" and not self.exact:
+        if self.save_freq == "epoch" and not self.hooks.exact:
             # epoch-level resume restarts at saved_epoch + 1: mark the interrupted epoch as not done
             self._training_state._ckpt_saved_epoch.assign(epoch - 1)
             self._position = (epoch, 0)
@@ -289,8 +287,6 @@ class Keras3Backup:
         self._last_batch = -1  # the last batch of the epoch in progress that a step ended at
         self._due = False  # DISTRAIN_CHECKPOINT_EVERY steps passed since the last timed checkpoint
         self.hooks = hooks
-        self.exact, self.expected = hooks.exact, hooks.expected
-        self.before_write, self.after_restore = hooks.before_write, hooks.after_restore
 
     def first_epoch(self, script_initial_epoch: int) -> int:
         """The epochs the newest checkpoint has done, as fit's `initial_epoch` (Keras' `self._initial_epoch or
@@ -320,9 +316,9 @@ class Keras3Backup:
                 # fit was started at the newest one's epoch (first_epoch): a rerun starts at the previous one's
                 self.hooks.stop_for_rerun(_set_aside(self.plan))
         callback_state.restore(newest, self.script_callbacks)
-        position = runs.read_position(self.plan.checkpoint_dir) if self.exact else None
-        if position and self.after_restore is not None:
-            self.after_restore((position["epoch"], position["step"]))
+        position = runs.read_position(self.plan.checkpoint_dir) if self.hooks.exact else None
+        if position and self.hooks.after_restore is not None:
+            self.hooks.after_restore((position["epoch"], position["step"]))
         if self.plan.is_chief:
             at = runs.describe(**position, stage=self.stage) if position else runs.describe(done, 0, self.stage)
             log().info(f"resumed from checkpoint in {self.chief_dir}: training goes on at {at}")
@@ -339,8 +335,8 @@ class Keras3Backup:
             shutil.rmtree(self.chief_dir, ignore_errors=True)
 
     def _save(self, epochs_done: int, step: int = 0, averaged: bool = False) -> bool:
-        if self.before_write is not None and not averaged:
-            self.before_write((epochs_done, step))  # every rank is here: a timed checkpoint, a stop
+        if self.hooks.before_write is not None and not averaged:
+            self.hooks.before_write((epochs_done, step))  # every rank is here: a timed checkpoint, a stop
         if not self.plan.is_chief:
             return True  # the chief reads locally: nothing collective for the others to join
         os.makedirs(self.chief_dir, mode=0o700, exist_ok=True)
@@ -371,7 +367,7 @@ class Keras3Backup:
         return True
 
     def save_now(self, epoch: int, batch: int) -> str | None:
-        if self.exact:
+        if self.hooks.exact:
             position = _after(self, epoch, batch)
             return runs.describe(*position, stage=self.stage) if self._save(*position) else None
         if not self._save(epoch):
@@ -396,7 +392,7 @@ class Keras3TimedBackup(Keras3Backup):
         if self._due:
             self._due = False
             epoch, last = self._epoch, self._last_batch
-            self._save(*_after(self, epoch, last)) if self.exact else self._save(epoch)
+            self._save(*_after(self, epoch, last)) if self.hooks.exact else self._save(epoch)
 
 
 def _after(callback: Any, epoch: int, batch: int) -> tuple[int, int]:
