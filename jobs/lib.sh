@@ -181,7 +181,7 @@ distrain_launch() {
   distrain_resume_command "$@"
   local srun_args=(--kill-on-bad-exit=1)
   [ "$mode" = horovod ] && srun_args+=("--mpi=$(distrain_mpi_plugin)")
-  echo "distrain job: $mode, $SLURM_NTASKS task(s) on ${SLURM_JOB_NODELIST:-?}: ${TASK_COMMAND[*]} $TRAIN_SCRIPT $*"
+  echo "distrain job: $mode, $SLURM_NTASKS task(s) on ${SLURM_JOB_NODELIST:-?}: srun ${srun_args[*]} ${TASK_COMMAND[*]} $TRAIN_SCRIPT $*"
   local log
   log=$(sed -n 's/^ *StdOut=//p' <<<"$JOB_INFO")
   echo "distrain job: checkpoints: $OUTPUT_DIR/runs/ (one directory per run: the same command resumes it); log: ${log:-stdout}; saved models: where the script saves them (relative paths: ${SLURM_SUBMIT_DIR:-$PWD})"

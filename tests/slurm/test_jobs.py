@@ -52,7 +52,7 @@ def test_horovod_job_through_srun_pmix(slurm, tmp_path):
     job = submit(slurm, tmp_path, "horovod", [*SMALL, "--nodes=2", "--ntasks-per-node=2", "--gpus-per-task=1"],
                  ["--epochs", "2"])
     assert job.code == 0, job
-    assert "horovod on 4 worker(s)" in job.log and "--mpi=pmix" in job.log or "srun" in job.log
+    assert "horovod on 4 worker(s)" in job.log and ": srun --kill-on-bad-exit=1 --mpi=pmix " in job.log, job.log[-3000:]
     assert set(ranks_and_devices(job.log)) == {0, 1, 2, 3}
     assert_trained_in_sync(job.log, workers=4)
 
