@@ -11,29 +11,29 @@
 # CPU base image (scripts/build-test-base.sh).
 # Keras: the base's own Keras 3 is kept (NGC 25.02: 3.3.2 next to tf_keras 2.17.0). distrain's Keras 3 fixes
 # (entrypoint/compat) are proven with 3.3.2 and 3.15.1, and a Keras it does not know is refused at start-up.
+# FLAVOUR=pypi: TensorFlow 2.21 with PyPI's CUDA 12 libraries, Keras 3.15, tf_keras and Horovod with NCCL, on a
+# plain Debian 12, offline from wheelhouse/ (scripts/gpu-wheelhouse.sh fills it):
+#   docker build --build-arg FLAVOUR=pypi --build-arg BASE_IMAGE=debian:12 -t distrain:pypi .
+# (the wheelhouse stays in a layer of a Docker image: `distrain image build --flavour pypi` builds a SIF without).
 ARG BASE_IMAGE=nvcr.io/nvidia/tensorflow:25.02-tf2-py3
 FROM ${BASE_IMAGE}
 
 ARG DISTRAIN_VERSION=0.1.0
+ARG FLAVOUR=ngc
 LABEL org.opencontainers.image.title="distrain" \
       org.opencontainers.image.description="Run one unmodified Keras train.py on one GPU, a node, or many nodes (MWM or Horovod)" \
       org.opencontainers.image.version="${DISTRAIN_VERSION}" \
       org.opencontainers.image.source="https://github.com/distrain/distrain" \
-      org.opencontainers.image.licenses="Apache-2.0"
+      org.opencontainers.image.licenses="Apache-2.0" \
+      distrain.flavour="${FLAVOUR}"
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 COPY pyproject.toml README.md /opt/distrain/
 COPY entrypoint /opt/distrain/entrypoint
-# Into site-packages (not PYTHONPATH/WORKDIR: Apptainer ignores WORKDIR). --no-build-isolation: the base's
-# setuptools builds it, so a base that already has typer and spython needs no network. tf-keras (legacy Keras,
-# see README) only when the base lacks it, matching the base's TensorFlow, with --no-deps so TensorFlow stays.
-# hadolint ignore=DL3013
-RUN export PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
- && python3 -m pip install --no-cache-dir --no-build-isolation /opt/distrain \
- && (python3 -c "import tf_keras" 2>/dev/null \
-     || python3 -m pip install --no-cache-dir --no-deps \
-          "tf-keras==$(python3 -c 'import tensorflow as tf; print(tf.__version__.rsplit(".", 1)[0])').0") \
- && TF_CPP_MIN_LOG_LEVEL=2 DISTRAIN_REQUIRE_GPU=0 distrain doctor \
+COPY image /opt/distrain/image
+COPY wheelhouse /opt/distrain/wheelhouse
+# The install steps, the same for Apptainer.def: image/install.sh.
+RUN sh /opt/distrain/image/install.sh "${FLAVOUR}" \
  && useradd --create-home --uid 1000 --shell /bin/bash distrain \
  && mkdir -p /workspace && chmod 1777 /workspace
 

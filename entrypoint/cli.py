@@ -248,6 +248,7 @@ def _doctor_tensorflow(plan: Plan | None, problems: list[str]) -> None:
         from .tools.selftest import FAIL, driver_row
 
         driver = driver_row(str(build.get("cuda_version") or ""))
+        typer.echo(f"driver: {driver.detail}")
         if driver.status == FAIL:
             problems.append(f"driver: {driver.detail}")
     gpus = tf.config.list_physical_devices("GPU")
@@ -271,8 +272,10 @@ def _doctor_horovod(plan: Plan | None, problems: list[str]) -> None:
     def built(yes: object) -> str:  # hvd.*_built() answer True/False, nccl_built() a version number or 0
         return "yes" if yes else "no"
 
+    nccl = int(hvd.nccl_built())  # NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch (NCCL >= 2.9)
+    nccl_text = f"yes, {nccl // 10000}.{nccl // 100 % 100}.{nccl % 100}" if nccl >= 20900 else built(nccl)
     typer.echo(f"horovod: {horovod.__version__} (tensorflow: yes, mpi: {built(hvd.mpi_built())}, "
-               f"gloo: {built(hvd.gloo_built())}, nccl: {built(hvd.nccl_built())})")
+               f"gloo: {built(hvd.gloo_built())}, nccl: {nccl_text})")
 
 
 @app.command()
@@ -513,7 +516,12 @@ app.add_typer(image_app, name="image")
 def image_build(
     output: str = typer.Argument("distrain.sif", help="The .sif to write (replaced only after a good build)."),
     definition: str = typer.Option("Apptainer.def", "--def", help="The definition file."),
-    base_image: Optional[str] = typer.Option(None, "--base-image", help="BASE_IMAGE build argument."),
+    flavour: str = typer.Option("ngc", "--flavour", help="ngc: on NVIDIA's TensorFlow image (TensorFlow 2.17, the "
+                                "default); pypi: TensorFlow 2.21 with PyPI's CUDA on Debian 12 (needs --wheelhouse)."),
+    wheelhouse: Optional[str] = typer.Option(None, "--wheelhouse", help="pypi: the wheels to install, filled on "
+                                             "this host by scripts/gpu-wheelhouse.sh (default: ./wheelhouse)."),
+    base_image: Optional[str] = typer.Option(None, "--base-image", help="BASE_IMAGE build argument (default: the "
+                                             "flavour's)."),
     from_docker: Optional[str] = typer.Option(None, "--from-docker", help="Build from a local Docker image instead."),
     fakeroot: bool = typer.Option(True, "--fakeroot/--no-fakeroot", help="apptainer build --fakeroot."),
     allow_home: bool = typer.Option(False, "--allow-home", help="Allow Apptainer's cache under $HOME."),
@@ -522,10 +530,11 @@ def image_build(
                                 "apptainer test --nv IMAGE."),
 ) -> None:
     """Build OUTPUT from Apptainer.def (or --from-docker IMAGE), streaming apptainer's output."""
-    from .tools.images import build
+    from .tools.images import build, flavour_arguments
 
-    path = build(definition, output, os.environ, base_image=base_image, from_docker=from_docker, fakeroot=fakeroot,
-                 allow_home=allow_home, test=not notest)
+    arguments = {} if from_docker else flavour_arguments(flavour, base_image, wheelhouse)
+    path = build(definition, output, os.environ, from_docker=from_docker, fakeroot=fakeroot, allow_home=allow_home,
+                 build_args=arguments, test=not notest)
     typer.echo(f"distrain: built {path}")
 
 

@@ -20,8 +20,11 @@ CLUSTER_TESTS = ("tests/slurm/", "tests/container/",
                  "tests/compat/test_corpus.py::test_the_guides_scripts_through_the_job_scripts")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    asked_for_gpu_image = "gpu_image" in (config.option.markexpr or "")
     for item in items:
+        if item.get_closest_marker("gpu_image") and not asked_for_gpu_image:
+            item.add_marker(pytest.mark.skip(reason="the GPU image's build: only with -m gpu_image (several GB)"))
         folder = Path(item.fspath).parent.name
         if folder in FOLDER_MARKERS:
             item.add_marker(getattr(pytest.mark, folder))

@@ -25,6 +25,10 @@ from ..errors import EXIT_BUILD_FAILED, ConfigError, DistrainError, EnvironmentP
 from ..workdirs import WorkDir
 
 CACHE_VARS = {"APPTAINER_CACHEDIR": "cache", "APPTAINER_TMPDIR": "tmp", "APPTAINER_CONFIGDIR": "config"}
+# The image's flavours (Apptainer.def's FLAVOUR, image/install.sh) and the base each is built on by default:
+# ngc keeps NVIDIA's TensorFlow (2.17, the last NGC release); pypi installs TensorFlow 2.21 with PyPI's CUDA on a
+# plain Debian 12, from a wheelhouse filled on the host (scripts/gpu-wheelhouse.sh).
+FLAVOUR_BASES = {"ngc": "nvcr.io/nvidia/tensorflow:25.02-tf2-py3", "pypi": "docker.io/library/debian:12"}
 
 
 def cache_root(env: Mapping[str, str]) -> WorkDir:
@@ -126,6 +130,22 @@ def _stream(lines: Iterator[str], what: str, tmp: str) -> None:
             os.unlink(tmp)
         last = " | ".join(t for t in tail if t)[-400:]
         raise DistrainError(f"{what} failed (exit {exc.returncode}): {last}", EXIT_BUILD_FAILED) from None
+
+
+def flavour_arguments(flavour: str, base_image: str | None, wheelhouse: str | None) -> dict[str, str]:
+    """The build arguments that differ from Apptainer.def's defaults (the ngc flavour): BASE_IMAGE if given; for
+    pypi also FLAVOUR, its base and its wheelhouse, checked here rather than after copying gigabytes."""
+    if flavour not in FLAVOUR_BASES:
+        raise ConfigError(f"unknown flavour {flavour!r}: {' or '.join(FLAVOUR_BASES)}")
+    if flavour == "ngc":
+        if wheelhouse:
+            raise ConfigError("--wheelhouse is for the pypi flavour: the ngc flavour installs nothing from one")
+        return {"BASE_IMAGE": base_image} if base_image else {}
+    folder = os.path.realpath(wheelhouse or "wheelhouse")
+    if not any(Path(folder).glob("tensorflow-*.whl")) or not any(Path(folder).glob("horovod-*.whl")):
+        raise ConfigError(f"the pypi flavour installs from a wheelhouse, and {folder} has no TensorFlow or no "
+                          "Horovod wheel: fill it first (scripts/gpu-wheelhouse.sh DIR), then --wheelhouse DIR")
+    return {"FLAVOUR": flavour, "BASE_IMAGE": base_image or FLAVOUR_BASES[flavour], "WHEELHOUSE": folder}
 
 
 def build(definition: str, output: str, env: Mapping[str, str], base_image: str | None = None,

@@ -26,6 +26,11 @@ from dataclasses import asdict, dataclass
 from ..plan import PROXY_VARS
 from . import hostcheck
 
+# The first Linux driver of each CUDA release (NVIDIA's CUDA Toolkit release notes, "CUDA Toolkit and Corresponding
+# Driver Versions"): what `nvidia-smi` must show for the CUDA an image's TensorFlow was built with.
+FIRST_DRIVER = {"11.8": "520.61.05", "12.0": "525.60.13", "12.1": "530.30.02", "12.2": "535.54.03",
+                "12.3": "545.23.06", "12.4": "550.54.14", "12.5": "555.42.02", "12.6": "560.28.03",
+                "12.8": "570.86.10", "12.9": "575.51.03", "13.0": "580.65.06"}
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "selftest_train.py")
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 
@@ -137,12 +142,20 @@ def pinning_row(results: list[dict]) -> Row:
 
 # ---- environment checks (no TensorFlow) ----
 
+def driver_needed(image_cuda: str) -> str:
+    """What the image's CUDA asks of the node's driver, in the terms nvidia-smi shows."""
+    major_minor = ".".join(image_cuda.split(".")[:2])
+    first = FIRST_DRIVER.get(major_minor)
+    return f"a driver for CUDA {major_minor} or newer" + (f" (Linux {first}+)" if first else "")
+
+
 def driver_row(image_cuda: str, smi: str | None = None) -> Row:
     """The driver's highest CUDA (`nvidia-smi`'s header) against the CUDA TensorFlow was built with."""
     if smi is None:
         binary = shutil.which("nvidia-smi")
         if binary is None:
-            return Row("driver", SKIP, hostcheck.NO_NVIDIA_SMI)
+            return Row("driver", SKIP, hostcheck.NO_NVIDIA_SMI + (
+                f"; the image's CUDA {image_cuda} needs {driver_needed(image_cuda)}" if image_cuda else ""))
         smi = subprocess.run([binary], capture_output=True, text=True, timeout=60).stdout
     driver = re.search(r"Driver Version:\s*([\d.]+)", smi)
     supports = re.search(r"CUDA Version:\s*([\d.]+)", smi)
@@ -153,8 +166,9 @@ def driver_row(image_cuda: str, smi: str | None = None) -> Row:
     if not image_cuda:
         return Row("driver", PASS, detail + "; TensorFlow here is not a CUDA build")
     if _version(supports.group(1)) < _version(image_cuda)[:2]:
-        return Row("driver", FAIL, f"{detail}, older than the image's CUDA {image_cuda}: ask the admins for a "
-                                   "newer driver, or use an image built on an older CUDA")
+        return Row("driver", FAIL, f"{detail}, older than the image's CUDA {image_cuda}, which needs "
+                                   f"{driver_needed(image_cuda)}: ask the admins for a newer driver, or use an "
+                                   "image built on an older CUDA")
     return Row("driver", PASS, f"{detail}; the image's TensorFlow uses CUDA {image_cuda}")
 
 

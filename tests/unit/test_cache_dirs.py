@@ -24,3 +24,22 @@ def test_cache_under_home_is_refused_unless_allowed():
         cache_dirs(env)
     dirs, note = cache_dirs(env, allow_home=True)
     assert dirs["APPTAINER_CACHEDIR"] == "/home/u/.apptainer/cache" and note == "set by you"
+
+
+def test_the_image_flavours_build_arguments(tmp_path):
+    """`distrain image build --flavour`: ngc is the definition's default (nothing passed but a --base-image); pypi
+    passes its plain Debian base and a wheelhouse that has TensorFlow and Horovod in it, or stops before building."""
+    from entrypoint.tools.images import flavour_arguments
+
+    assert flavour_arguments("ngc", None, None) == {}
+    assert flavour_arguments("ngc", "registry/tf:1", None) == {"BASE_IMAGE": "registry/tf:1"}
+    with pytest.raises(ConfigError, match="no TensorFlow or no Horovod wheel: fill it first"):
+        flavour_arguments("pypi", None, str(tmp_path))
+    for wheel in ("tensorflow-2.21.0-cp311-cp311-manylinux_2_27_x86_64.whl", "horovod-0.28.1-cp311-linux.whl"):
+        (tmp_path / wheel).touch()
+    assert flavour_arguments("pypi", None, str(tmp_path)) == {
+        "FLAVOUR": "pypi", "BASE_IMAGE": "docker.io/library/debian:12", "WHEELHOUSE": str(tmp_path)}
+    with pytest.raises(ConfigError, match="unknown flavour 'conda': ngc or pypi"):
+        flavour_arguments("conda", None, None)
+    with pytest.raises(ConfigError, match="--wheelhouse is for the pypi flavour"):
+        flavour_arguments("ngc", None, str(tmp_path))

@@ -53,7 +53,11 @@ def test_nccls_transport_is_read_from_its_verdict_not_from_its_probes():
 def test_a_driver_older_than_the_images_cuda_fails():
     assert driver_row("12.2", SMI).status == "pass"
     old = driver_row("12.8", SMI)
-    assert old.status == "fail" and "older than the image's CUDA 12.8" in old.detail
+    assert old.status == "fail" and "older than the image's CUDA 12.8, which needs a driver for CUDA 12.8 or newer " \
+        "(Linux 570.86.10+): ask the admins" in old.detail
+    none = driver_row("12.5.1", smi=None)  # no nvidia-smi on this machine: the minimum is said all the same
+    assert none.status == "skip" and none.detail.endswith(
+        "; the image's CUDA 12.5.1 needs a driver for CUDA 12.5 or newer (Linux 555.42.02+)")
     assert driver_row("", SMI).status == "pass"  # a CPU build: nothing to compare
     assert driver_row("12.2", "NVIDIA-SMI has failed because it couldn't communicate with the driver").status == "fail"
 
