@@ -7,8 +7,9 @@
 # Env:   HOROVOD_VERSION (0.28.1)  HOROVOD_WHEEL_CACHE (${XDG_CACHE_HOME:-~/.cache}/distrain/wheels)
 #        HOROVOD_GPU_OPERATIONS=NCCL (+ HOROVOD_NCCL_HOME) on GPU sites; MAKEFLAGS (-j<cores>, default -j2)
 #        HOROVOD_CUDA_CLANG (clang++-19): with NCCL, no HOROVOD_CUDA_HOME and TensorFlow's CUDA from PyPI, the
-#        CUDA toolkit is laid out from PYTHON's NVIDIA wheels (cuda-from-wheels.sh: tensorflow[and-cuda]) and Horovod's few CUDA kernels
-#        are compiled by clang, for HOROVOD_BUILD_CUDA_CC_LIST (60,70,75,80,86,89,90: Pascal to Hopper, as TensorFlow 2.21)
+#        CUDA toolkit is laid out from PYTHON's NVIDIA wheels (cuda-from-wheels.sh: tensorflow[and-cuda]) and
+#        Horovod's few CUDA kernels are compiled by clang, for HOROVOD_BUILD_CUDA_CC_LIST (60,70,75,80,86,89,90:
+#        Pascal to Hopper, as TensorFlow 2.21)
 # Needs: cmake, g++, Open MPI headers (Debian: cmake g++ libopenmpi-dev openmpi-bin); clang-19 for the above.
 set -euo pipefail
 

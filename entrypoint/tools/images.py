@@ -148,11 +148,11 @@ def flavour_arguments(flavour: str, base_image: str | None, wheelhouse: str | No
     return {"FLAVOUR": flavour, "BASE_IMAGE": base_image or FLAVOUR_BASES[flavour], "WHEELHOUSE": folder}
 
 
-def build(definition: str, output: str, env: Mapping[str, str], base_image: str | None = None,
-          from_docker: str | None = None, fakeroot: bool = True, allow_home: bool = False,
-          build_args: Mapping[str, str] | None = None, test: bool = True) -> str:
-    """apptainer build OUTPUT from a definition file, or from a local Docker image (docker-daemon://); test=False:
-    without the definition's %test at the end (apptainer build --notest)."""
+def build(definition: str, output: str, env: Mapping[str, str], from_docker: str | None = None,
+          fakeroot: bool = True, allow_home: bool = False, build_args: Mapping[str, str] | None = None,
+          test: bool = True) -> str:
+    """apptainer build OUTPUT from a definition file with build_args (flavour_arguments), or from a local Docker
+    image (docker-daemon://); test=False: without the definition's %test at the end (apptainer build --notest)."""
     from spython.main import Client
 
     if from_docker:
@@ -162,12 +162,9 @@ def build(definition: str, output: str, env: Mapping[str, str], base_image: str 
             raise ConfigError(f"definition file {definition} not found")
         recipe = os.path.abspath(definition)
     _check_output_dir(output)
-    args = dict(build_args or {})
-    if base_image:
-        args["BASE_IMAGE"] = base_image
     options: list[str] = ["--fakeroot"] if fakeroot and not from_docker else []
     options += [] if test else ["--notest"]
-    for key, value in args.items():
+    for key, value in (build_args or {}).items():
         options += ["--build-arg", f"{key}={value}"]
     tmp = _partial(output)
     with _apptainer_env(env, allow_home, merge_into="stdout"):
