@@ -178,7 +178,8 @@ def _compose_callbacks(engine: Engine, keras: Any, tf: Any, stage: Any, stage_nu
     if engine.plan.elastic:  # the ranks now: Horovod elastic renumbers them in a reset (never under distrain launch)
         configure_log(f"[{engine.rank}/{engine.size}] ")
     watch = stalls.make_callback(engine.plan, keras)
-    step_ends = steps.StepEnds([c.step_ended for c in (watch, backup, stop) if isinstance(c, steps.ObservesSteps)])
+    step_ends = steps.StepEnds([c.step_ended for c in (watch, backup, stop) if isinstance(c, steps.ObservesSteps)],
+                               (position.epoch, position.step) if position is not None else None)
     # first of all: an epoch's end is a pause for the stall watchdog before the script's callbacks run
     callbacks = [steps.make_callback(keras, step_ends), watch, *before, *user, *after]
     return FitCallbacks(callbacks, step_ends, backup, position)

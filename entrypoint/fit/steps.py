@@ -36,14 +36,19 @@ class ObservesSteps(Protocol):
 class StepEnds:
     """The batch index within the epoch that the last train-function call ended at, and who wants to know."""
 
-    def __init__(self, observers: list[StepObserver]) -> None:
+    def __init__(self, observers: list[StepObserver], resumed_at: tuple[int, int] | None = None) -> None:
+        """resumed_at: (epoch, step) a resumed fit starts at; the steps of that epoch before it are counted as
+        done, so that a step's index is the same whether the epoch was interrupted or not."""
         self.observers = observers
         self.batch = -1  # no step ended yet in this epoch
         self.steps_per_epoch: int | None = None
         self.steps_per_call = 1
+        self.resumed_at = resumed_at
 
-    def epoch_began(self, steps_per_epoch: int | None) -> None:
-        self.batch, self.steps_per_epoch = -1, steps_per_epoch
+    def epoch_began(self, epoch: int, steps_per_epoch: int | None) -> None:
+        resumed_epoch, resumed_step = self.resumed_at or (-1, 0)
+        self.batch = resumed_step - 1 if epoch == resumed_epoch else -1
+        self.steps_per_epoch, self.resumed_at = steps_per_epoch, None  # later epochs start at their first step
 
     def call_ended(self) -> None:
         batch = self.batch + self.steps_per_call
@@ -59,7 +64,7 @@ def make_callback(keras: Any, step_ends: StepEnds) -> Any:
 
     class CountStepsPerEpoch(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            step_ends.epoch_began((self.params or {}).get("steps"))
+            step_ends.epoch_began(epoch, (self.params or {}).get("steps"))
 
     return CountStepsPerEpoch()
 

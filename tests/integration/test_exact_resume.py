@@ -177,6 +177,25 @@ def test_timed_checkpoints_with_several_steps_a_call_resume_exactly(tmp_path, ke
     assert np.array_equal(np.load(a / "weights.npy"), np.load(tmp_path / "b" / "weights.npy"))
 
 
+def test_a_run_stopped_twice_in_one_epoch_resumes_exactly(tmp_path, kept_runs):
+    """Stopped at epoch 2 step 2, resumed, stopped again at its step 4, resumed: the second checkpoint records the
+    step the resumed epoch reached (before stop 64 its steps were counted from the resume, and the second stop
+    recorded a position before the first's: the rerun trained those batches twice)."""
+    launcher, args = LAUNCHERS["single"], ("--batch-norm",)
+    a = never_stopped(kept_runs, launcher, "keras3", "numpy", args)
+    wheres = []
+    for stop_at in ("2:2", "2:4"):
+        stopped = train(launcher, tmp_path / "b", tmp_path / "state-b", "keras3", args=args, STOP_AT=stop_at,
+                        DISTRAIN_STOP_CHECK_SECONDS="0")
+        assert stopped.returncode == 75, stopped.stdout[-3000:]
+        wheres.append(re.search(r"rerun to resume at epoch 2, step (\d+)", stopped.stdout))
+        assert wheres[-1], stopped.stdout[-3000:]
+    assert int(wheres[0][1]) < int(wheres[1][1])
+    assert train(launcher, tmp_path / "b", tmp_path / "state-b", "keras3", args=args).returncode == 0
+    assert trained_ids(tmp_path / "b") == trained_ids(a)
+    assert np.array_equal(np.load(a / "weights.npy"), np.load(tmp_path / "b" / "weights.npy"))
+
+
 def saved_counters(state: Path) -> dict[str, int]:
     """The epoch and batch (0-based) tf_keras' BackupAndRestore keeps in the newest checkpoint of the run."""
     import tensorflow as tf

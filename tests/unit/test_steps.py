@@ -17,13 +17,25 @@ def test_each_call_ends_at_the_last_batch_it_ran():
     seen = []
     step_ends = steps.StepEnds([seen.append])
     step_ends.steps_per_call = 3
-    step_ends.epoch_began(10)
+    step_ends.epoch_began(0, 10)
     for _ in range(4):
         step_ends.call_ended()
     assert seen == [2, 5, 8, 9]  # the epoch's last call runs the one step left
-    step_ends.epoch_began(None)  # unknown length: nothing to cap at
+    step_ends.epoch_began(1, None)  # unknown length: nothing to cap at
     step_ends.call_ended()
     assert seen[-1] == 2
+
+
+def test_a_resumed_epoch_counts_its_steps_from_where_it_resumed():
+    """A fit resumed at epoch 3, step 4 runs that epoch's steps 4..: a second stop in it must say so (before
+    stop 64 it counted from 0, and a second stop in the same epoch recorded a position before the first's)."""
+    seen = []
+    step_ends = steps.StepEnds([seen.append], resumed_at=(3, 4))
+    step_ends.epoch_began(3, 10)
+    step_ends.call_ended()
+    step_ends.epoch_began(4, 10)
+    step_ends.call_ended()
+    assert seen == [4, 0]
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
