@@ -148,9 +148,21 @@ def write_private_json(path: str, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def write_position(checkpoint_prefix: str, epochs_done: int, step: int) -> None:
-    """Record beside a checkpoint where a resume from it starts (before the file that marks it complete)."""
-    write_private_json(checkpoint_prefix + POSITION_SUFFIX, {"epoch": epochs_done, "step": step})
+def write_position(checkpoint_prefix: str, epochs_done: int, step: int, epoch_length: int | None = None) -> None:
+    """Record beside a checkpoint where a resume from it starts (before the file that marks it complete), and the
+    length of the input's epochs where it is of unknown length and learnt (fit/unknown_length.py)."""
+    record = {"epoch": epochs_done, "step": step}
+    if epoch_length:
+        record["epoch_length"] = epoch_length
+    write_private_json(checkpoint_prefix + POSITION_SUFFIX, record)
+
+
+def read_epoch_length(state_dir: str) -> int | None:
+    """The epochs' length the newest checkpoint records beside its position (write_position), or None."""
+    prefix = newest_checkpoint(chief_dir(state_dir))
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError), open(f"{prefix}{POSITION_SUFFIX}") as handle:
+        return int(json.load(handle)["epoch_length"])
+    return None
 
 
 def _recorded(state_dir: str) -> dict | None:

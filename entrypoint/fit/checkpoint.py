@@ -225,7 +225,7 @@ class TfKerasBackup:
                                           self.chief_dir)
         if self.written:
             if newest := newest_checkpoint(self.chief_dir):
-                runs.write_position(newest, *self._position)
+                runs.write_position(newest, *self._position, _length_to_record(self.hooks))
                 callback_state.write(newest, self.script_callbacks)
             workdirs.make_tree_private(self.backup_dir)  # TensorFlow writes with the umask: make it 0600/0700
 
@@ -350,7 +350,7 @@ class Keras3Backup:
                 with _local_reads(self.plan):
                     self.model.save_weights(tmp)
                 os.replace(tmp, prefix + ".weights.h5")
-                runs.write_position(prefix, epochs_done, step)
+                runs.write_position(prefix, epochs_done, step, _length_to_record(self.hooks))
                 callback_state.write(prefix, self.script_callbacks)
                 with open(prefix + ".json.tmp", "w") as handle:
                     json.dump({"epochs_done": epochs_done}, handle)
@@ -393,6 +393,11 @@ class Keras3TimedBackup(Keras3Backup):
             self._due = False
             epoch, last = self._epoch, self._last_batch
             self._save(*_after(self, epoch, last)) if self.hooks.exact else self._save(epoch)
+
+
+def _length_to_record(hooks: BackupHooks) -> int | None:
+    """The input's epoch length a checkpoint keeps where the input is of unknown length (resume.Position)."""
+    return hooks.expected.length_to_record() if hooks.exact else None
 
 
 def _after(callback: Any, epoch: int, batch: int) -> tuple[int, int]:

@@ -14,11 +14,13 @@ never the last ones; and a reshuffling input replays epoch 1's order in a new pr
   is read).
 
 An endless dataset with fit's steps_per_epoch is one stream read through one iterator for the whole fit: a
-resume at epoch E, step S leaves out E * steps_per_epoch + S batches of it.
+resume at epoch E, step S leaves out E * steps_per_epoch + S batches of it. A dataset of unknown length (TFRecord
+files, a filter) is read by Keras through one iterator an epoch until its data ends: unknown_length.py.
 
 Checkpoints record (E, S) beside the weights (runs.write_position). Input that cannot be positioned (a Python
-generator, a Sequence, a dataset of unknown length or shuffled without a seed, steps_per_epoch over input that
-ends) is said so at start-up and resumes at the start of the interrupted epoch, with its partial progress.
+generator, a Sequence, a dataset shuffled without a seed or in an order not the same in every process,
+steps_per_epoch over input that ends) is said so at start-up and resumes at the start of the interrupted epoch,
+with its partial progress.
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import runs
-from . import batches, skip_beneath
+from . import batches, skip_beneath, unknown_length
 
 _ENDLESS = -1  # tf.data.INFINITE_CARDINALITY
+_UNKNOWN = -2  # tf.data.UNKNOWN_CARDINALITY
 _TF_KERAS_COUNTERS = "_maybe_load_initial_counters_from_ckpt"  # where tf_keras' fit asks for its first epoch and step
 
 
@@ -43,11 +46,18 @@ class Position:
     step: int  # steps of it already trained
     rank_share: bool = False  # the input is already this rank's share of each batch (batches.adapt_fit_arguments)
     script_dataset: Any = None  # the script's own tf.data dataset, where it was positioned: Keras 3's build reads it
+    epoch_length: int | None = None  # a dataset of unknown length: its epochs' length, where a checkpoint has it
+    learnt_length: Callable[[], int | None] | None = None  # ... and where it is learnt (unknown_length.py)
+
+    def length_to_record(self) -> int | None:
+        """What a checkpoint records of the epochs' length beside the position (None: a known length)."""
+        return self.learnt_length() if self.learnt_length is not None else None
 
 
 def saved_position(checkpoint_dir: str) -> Position | None:
     found = runs.read_position(checkpoint_dir)
-    return Position(found["epoch"], found["step"]) if found else None
+    return Position(found["epoch"], found["step"], epoch_length=runs.read_epoch_length(checkpoint_dir)) if found \
+        else None
 
 
 def position_input(arguments: dict, *, keras_family: str, checkpoint_dir: str, rank: int, size: int,
@@ -69,6 +79,9 @@ def position_input(arguments: dict, *, keras_family: str, checkpoint_dir: str, r
         steps = int(arguments["steps_per_epoch"])
         position = _within(start, steps, epochs)
         dataset, rank_share = _positioned_stream(arguments["x"], position, steps, rank, size, replicas, note)
+    elif batches.is_dataset(arguments["x"]) and int(arguments["x"].cardinality()) == _UNKNOWN:
+        steps, position, dataset, rank_share = _positioned_unknown_length(arguments["x"], start, keras_family, epochs,
+                                                                          rank, size, replicas, note)
     elif batches.is_dataset(arguments["x"]):
         dataset = arguments["x"]
         steps = int(dataset.cardinality())
@@ -88,7 +101,9 @@ def position_input(arguments: dict, *, keras_family: str, checkpoint_dir: str, r
     evened.add(dataset)
     for name in ("y", "sample_weight", "batch_size", "shuffle"):
         arguments.pop(name, None)
-    arguments.update(x=dataset, steps_per_epoch=steps, initial_epoch=position.epoch)
+    arguments.update(x=dataset, initial_epoch=position.epoch)
+    if steps is not None:
+        arguments["steps_per_epoch"] = steps
     return dataclasses.replace(position, rank_share=rank_share, script_dataset=script_dataset)
 
 
@@ -123,9 +138,9 @@ def _input_shape(x: Any) -> tuple | None:
 
 def _within(position: Position, steps: int, epochs: int) -> Position:
     if position.step >= steps:
-        position = Position(position.epoch + 1, 0)
-    if position.epoch >= epochs:
-        position = Position(epochs - 1, steps)  # nothing left to train: an empty remainder of the last epoch
+        position = dataclasses.replace(position, epoch=position.epoch + 1, step=0)
+    if position.epoch >= epochs:  # nothing left to train: an empty remainder of the last epoch
+        position = dataclasses.replace(position, epoch=epochs - 1, step=steps)
     return position
 
 
@@ -146,6 +161,24 @@ def _positioned_dataset(dataset: Any, position: Position, epochs: int, rank: int
     # the length is left unknown (a filter that keeps everything): Keras 3.15 counts the steps passed over in the
     # resumed epoch (_keras3_skipping) against a known one and would end the last epoch that many early
     return first.concatenate(per_epoch.repeat(epochs - position.epoch - 1)).filter(_keep), rank_share
+
+
+def _positioned_unknown_length(dataset: Any, start: Position, keras_family: str, epochs: int, rank: int, size: int,
+                               replicas: int, note: Callable[[str], None]) -> tuple[int | None, Position, Any, bool]:
+    """A dataset of unknown length (unknown_length.py): fit's steps_per_epoch (None: Keras ends each epoch where
+    its data ends), the position, the dataset and whether it is this rank's share of each batch."""
+    import tensorflow as tf
+
+    recorded = start.epoch_length
+    position = _within(start, recorded, epochs) if recorded else start
+    if recorded and unknown_length.KNOWS_THE_LENGTH_AFTER_ITS_FIRST_EPOCH[keras_family]:
+        known = dataset.apply(tf.data.experimental.assert_cardinality(recorded))
+        known, rank_share = _positioned_dataset(known, position, epochs, rank, size, replicas, note)
+        return recorded, dataclasses.replace(position, learnt_length=lambda: recorded), known, rank_share
+    sharded = batches.is_sharded(dataset)  # before the script's pipeline is hidden inside another
+    positioned, length = unknown_length.positioned_epochs(dataset, position.epoch, position.step, recorded, note)
+    positioned, rank_share = _this_ranks_batches(positioned, rank, size, replicas, sharded)
+    return None, dataclasses.replace(position, learnt_length=length), positioned, rank_share
 
 
 def _positioned_stream(dataset: Any, position: Position, steps_per_epoch: int, rank: int, size: int,
@@ -173,9 +206,13 @@ def _without_first_batches(dataset: Any, count: int, steps: int | None, rank: in
     return first.skip(count - beneath) if count > beneath else first
 
 
-def _this_ranks_batches(dataset: Any, rank: int, size: int, replicas: int) -> tuple[Any, bool]:
-    """The script's batches as this rank trains them, and whether they are its share of each global batch."""
-    if size > 1 and not batches.is_sharded(dataset):  # zero-code Horovod: this rank's share of each batch
+def _this_ranks_batches(dataset: Any, rank: int, size: int, replicas: int,
+                        sharded: bool | None = None) -> tuple[Any, bool]:
+    """The script's batches as this rank trains them, and whether they are its share of each global batch.
+    sharded: whether the script's own pipeline is this rank's already, where `dataset` hides it."""
+    if sharded is None:
+        sharded = batches.is_sharded(dataset)
+    if size > 1 and not sharded:  # zero-code Horovod: this rank's share of each batch
         return batches.rank_slices(batches.even_out_last_batch(dataset, size), rank, size), True
     if replicas > 1:
         return batches.evened_for_replicas(dataset, replicas), False
@@ -193,8 +230,14 @@ def _why_not_positionable(arguments: dict, keras_family: str) -> str | None:
     if x is not None and batches.is_dataset(x):
         length = int(x.cardinality())
         stream = bool(arguments.get("steps_per_epoch"))
-        if length < 1 and not (length == _ENDLESS and stream):
-            return f"a tf.data dataset of {'endless' if length == -1 else 'unknown'} length is not positioned"
+        if length == _ENDLESS and not stream:
+            return "a tf.data dataset of endless length without steps_per_epoch is not positioned"
+        if length == _UNKNOWN and stream:
+            return "steps_per_epoch over a dataset of unknown length is not positioned (over an endless one it is)"
+        if length == 0:
+            return "an empty tf.data dataset is not positioned"
+        if order := nondeterministic_order(x):
+            return f"the dataset's order is not the same in every process ({order})"
         if unseeded_shuffle(x):
             return "the dataset shuffles without a seed (give shuffle a seed, or call tf.random.set_seed)"
         if stream and length != _ENDLESS:
@@ -206,6 +249,17 @@ def _why_not_positionable(arguments: dict, keras_family: str) -> str | None:
         return f"input of type {type(x).__name__} is not positioned by distrain"
     if arguments.get("y") is None and arguments.get("sample_weight") is not None:
         return "sample_weight without y"
+    return None
+
+
+def nondeterministic_order(dataset: Any) -> str | None:
+    """Where the pipeline lets its parallel stages give elements in the order they finish: another order in every
+    process, so no resumed process can know the interrupted epoch's."""
+    if dataset.options().deterministic is False:
+        return "tf.data.Options.deterministic is False"
+    for stage in batches.pipeline_stages(dataset):
+        if getattr(stage, "_deterministic", None) == "false":
+            return f"its {type(stage).__name__.strip('_')} stage has deterministic=False"
     return None
 
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-ONE_TO_ONE = {"_MapDataset", "_ParallelMapDataset", "_BatchDataset", "_PrefetchDataset", "_OptionsDataset"}
+ONE_TO_ONE = {"_MapDataset", "_ParallelMapDataset", "_BatchDataset", "_PrefetchDataset", "_OptionsDataset",
+              "_AssertCardinalityDataset"}
 # the stages a skip may pass beneath (TensorFlow's private class names, 2.17 to 2.21)
 
 
@@ -25,22 +26,34 @@ def skip_batches(dataset: Any, count: int) -> tuple[Any, str | None]:
     not, or only below stages that must see every element anyway)."""
     if count <= 0:
         return dataset, None
+    skipping, why = skipper(dataset)
+    return skipping(count), why
+
+
+def skipper(dataset: Any) -> tuple[Callable[[Any], Any], str | None]:
+    """A function from a count (an int, or a scalar int64 tensor inside a dataset function) to `dataset` without
+    its first `count` elements, and why it makes them (see skip_batches)."""
     rebuilds: list[Callable[[Any], Any]] = []
-    stage, skip, why = dataset, count, None
+    stage, factor, why = dataset, 1, None
     while type(stage).__name__ in ONE_TO_ONE:
         step = _one_to_one(stage)
         if isinstance(step, str):
             why = step
             break
-        rebuild, factor = step
+        rebuild, per_output = step
         rebuilds.append(rebuild)
-        stage, skip = stage._input_dataset, skip * factor
+        stage, factor = stage._input_dataset, factor * per_output
     if not rebuilds:
-        return dataset.skip(count), why or f"its last stage ({type(dataset).__name__.strip('_')}) comes first"
-    rebuilt = stage.skip(skip)
-    for rebuild in reversed(rebuilds):
-        rebuilt = rebuild(rebuilt)
-    return rebuilt, why
+        return dataset.skip, why or f"its last stage ({type(dataset).__name__.strip('_')}) comes first"
+    beneath = stage
+
+    def skipping(count: Any) -> Any:
+        rebuilt = beneath.skip(count * factor)
+        for rebuild in reversed(rebuilds):
+            rebuilt = rebuild(rebuilt)
+        return rebuilt
+
+    return skipping, why
 
 
 def _one_to_one(stage: Any) -> tuple[Callable[[Any], Any], int] | str:
@@ -50,6 +63,8 @@ def _one_to_one(stage: Any) -> tuple[Callable[[Any], Any], int] | str:
 
     kind = type(stage).__name__
     try:
+        if kind == "_AssertCardinalityDataset":  # a check of the whole epoch's length: the skipped one is shorter
+            return (lambda d: d), 1
         if kind == "_OptionsDataset":
             options = stage.options()
             return (lambda d: d.with_options(options)), 1

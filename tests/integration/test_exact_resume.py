@@ -1,7 +1,8 @@
 """A stop is invisible: stopped mid-epoch and resumed, a run trains the very batches, in the very order, and ends
 with the very weights of the same run never stopped, bit for bit: single, MWM x2 and Horovod x2, both Keras
-families, numpy input with shuffle=True, a tf.data dataset reshuffled every epoch and an endless one read in
-epochs of fit's steps_per_epoch (Horovod's and TensorFlow's examples), a model with its input
+families, numpy input with shuffle=True, a tf.data dataset reshuffled every epoch, an endless one read in epochs of
+fit's steps_per_epoch (Horovod's and TensorFlow's examples) and TFRecord shards through the tf.data performance
+guide's pipeline (interleave, map, cache, shuffle, batch, prefetch: of unknown length), a model with its input
 shape and one built on its first batch (tests/integration/scripts/exact_resume.py records every sample it trains
 on), covered pairwise: every pair of values in some case. With a BatchNormalization layer, its moving statistics
 too: each rank updates its own from its batches until the epoch's end averages them; a mid-epoch checkpoint keeps
@@ -52,20 +53,21 @@ def every_sample(ids: dict[str, list[str]]) -> list[int]:
     return sorted(int(i) for lines in ids.values() for line in lines for i in line.split())
 
 
-# Pairwise over input x mode x Keras family x input shape: each mode twice, with complementary values, so that
+# Pairwise over input x mode x Keras family x input shape: each input in every mode, with complementary values, so that
 # every pair of values appears in some case (--full: scripts/test.sh --full runs the whole product). `core`: also
 # on TensorFlow 2.21, whose Keras 3.15 epoch iterator is the other one resume.py starts mid-epoch.
 PAIRWISE = [("numpy", "single", "keras3", "input-shape"), ("tfdata", "single", "legacy", "built-on-first-batch"),
             ("numpy", "mwm", "keras3", "built-on-first-batch"), ("tfdata", "mwm", "legacy", "input-shape"),
             ("numpy", "horovod", "legacy", "built-on-first-batch"), ("tfdata", "horovod", "keras3", "input-shape"),
             ("stream", "single", "keras3", "built-on-first-batch"), ("stream", "mwm", "keras3", "input-shape"),
-            ("stream", "horovod", "legacy", "input-shape")]
-CORE = {PAIRWISE[2], PAIRWISE[3], PAIRWISE[7]}  # single on 2.21: test_stages.py's core cases
+            ("stream", "horovod", "legacy", "input-shape"), ("tfrecord", "single", "legacy", "built-on-first-batch"),
+            ("tfrecord", "mwm", "keras3", "input-shape"), ("tfrecord", "horovod", "legacy", "input-shape")]
+CORE = {PAIRWISE[2], PAIRWISE[3], PAIRWISE[7], PAIRWISE[10]}  # single on 2.21: test_stages.py's core cases
 STREAM_SAMPLES = 3 * (100 // 16) * 16  # the stream's first 288 samples: 3 epochs of 6 batches of 16
 
 
 def cases():
-    product = itertools.product(("numpy", "tfdata", "stream"), LAUNCHERS, KERAS_FAMILIES,
+    product = itertools.product(("numpy", "tfdata", "stream", "tfrecord"), LAUNCHERS, KERAS_FAMILIES,
                                 ("input-shape", "built-on-first-batch"))
     for case in (product if FULL_TIER else PAIRWISE):
         yield pytest.param(*case, marks=[pytest.mark.core] if case in CORE else [], id="-".join(case))

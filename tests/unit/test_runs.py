@@ -77,12 +77,14 @@ def test_a_rerun_resumes_in_the_latest_fit_with_a_checkpoint_and_says_which(tmp_
 def test_the_position_is_the_newest_complete_checkpoints_own(tmp_path):
     chief = tmp_path / "chief"
     chief.mkdir()
-    for number, epoch, step in ((9, 1, 4), (10, 2, 0)):
+    for number, epoch, step, length in ((9, 1, 4, None), (10, 2, 0, 7)):
         (chief / f"ckpt-{number}.index").write_text("")
-        runs.write_position(str(chief / f"ckpt-{number}"), epoch, step)
+        runs.write_position(str(chief / f"ckpt-{number}"), epoch, step, length)
     assert runs.read_position(str(tmp_path)) == {"epoch": 2, "step": 0}  # 10 > 9: by number, not by name
+    assert runs.read_epoch_length(str(tmp_path)) == 7  # an input of unknown length: its epochs', once learnt
     (chief / "ckpt-10.index").rename(chief / "ckpt-10.index.corrupt")  # set aside as unreadable
     assert runs.read_position(str(tmp_path)) == {"epoch": 1, "step": 4}
+    assert runs.read_epoch_length(str(tmp_path)) is None
     (chief / "ckpt-11.json").write_text("{}")  # complete, but written without a position
     assert runs.read_position(str(tmp_path)) is None
 

@@ -26,9 +26,10 @@ parser.add_argument("--epochs", type=int, default=3)
 parser.add_argument("--samples", type=int, default=100)
 parser.add_argument("--batch-size", type=int, default=16)
 parser.add_argument("--steps-per-execution", type=int, default=1)
-parser.add_argument("--input", choices=["numpy", "tfdata", "stream"], default="numpy",
-                    help="numpy arrays with shuffle=True, a tf.data dataset with a seeded per-epoch reshuffle, or "
-                         "an endless one (shuffle(seed).repeat().batch) with fit's steps_per_epoch")
+parser.add_argument("--input", choices=["numpy", "tfdata", "stream", "tfrecord"], default="numpy",
+                    help="numpy arrays with shuffle=True, a tf.data dataset with a seeded per-epoch reshuffle, "
+                         "an endless one (shuffle(seed).repeat().batch) with fit's steps_per_epoch, or TFRecord "
+                         "shards through TensorFlow's performance guide's pipeline (its length unknown)")
 parser.add_argument("--batch-norm", action="store_true",
                     help="a BatchNormalization layer; its moving statistics go to DIR/statistics.npy, apart")
 parser.add_argument("--no-input-shape", action="store_true", help="a Sequential built on its first batch")
@@ -54,6 +55,26 @@ def record(indices):
     with open(os.path.join(args.out, f"ids-rank{my_rank()}.txt"), "a") as handle:
         handle.write(" ".join(str(int(i)) for i in indices) + "\n")
     return np.int64(len(indices))
+
+
+def write_shards(count: int) -> list[str]:
+    """x and y as `count` TFRecord files of tf.train.Examples, in this rank's own directory under --out."""
+    directory = os.path.join(args.out, f"records-rank{my_rank()}")
+    os.makedirs(directory, exist_ok=True)
+    paths = [os.path.join(directory, f"part-{i}.tfrecord") for i in range(count)]
+    for i, path in enumerate(paths):
+        with tf.io.TFRecordWriter(path) as writer:
+            for row in range(i, args.samples, count):
+                features = {"x": tf.train.Feature(float_list=tf.train.FloatList(value=x[row])),
+                            "y": tf.train.Feature(float_list=tf.train.FloatList(value=[y[row]]))}
+                writer.write(tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString())
+    return paths
+
+
+def parse(record):
+    parsed = tf.io.parse_single_example(record, {"x": tf.io.FixedLenFeature([5], tf.float32),
+                                                 "y": tf.io.FixedLenFeature([], tf.float32)})
+    return parsed["x"], parsed["y"]
 
 
 class RecordIds(tf.keras.layers.Layer):
@@ -103,6 +124,12 @@ if args.input == "numpy":
     model.fit(x, y, batch_size=args.batch_size, epochs=args.epochs, shuffle=True, callbacks=callbacks)
 elif args.input == "tfdata":
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(args.samples, seed=7).batch(args.batch_size)
+    model.fit(dataset, epochs=args.epochs, callbacks=callbacks)
+elif args.input == "tfrecord":  # the tf.data performance guide's pipeline over TFRecord shards
+    dataset = (tf.data.Dataset.from_tensor_slices(write_shards(4)).interleave(
+        tf.data.TFRecordDataset, cycle_length=2, num_parallel_calls=tf.data.AUTOTUNE)
+        .map(parse, num_parallel_calls=tf.data.AUTOTUNE).cache().shuffle(args.samples, seed=7)
+        .batch(args.batch_size).prefetch(tf.data.AUTOTUNE))  # of unknown length: Keras' epochs end where it ends
     model.fit(dataset, epochs=args.epochs, callbacks=callbacks)
 else:  # Horovod's and TensorFlow's examples: an endless stream, epochs of steps_per_epoch batches (batches
     # straddle the passes over the samples)
