@@ -54,7 +54,7 @@ def test_benchmarks_smoke_writes_every_ratio(tmp_path):
     assert all(r["ratio"] > 0 and r["cpu_ratio_min"] <= r["cpu_ratio_max"] for r in perstep["input"].values())
     # distrain's callbacks timed in place, inside a real 2-worker fit: each of its callbacks is found and timed,
     # the per-step work of the stall watchdog and the stop check where the train function calls it (steps.py)
-    for family, checkpoint in (("Keras 3", "Keras3Backup"), ("tf_keras", "Backup")):
+    for family, checkpoint in (("Keras 3", "Keras3Backup"), ("tf_keras", "TfKerasBackup")):
         in_place = perstep["callbacks_in_place"][family]
         assert "StepEnds.call_ended" in in_place["per_step_hook_us"], in_place["per_step_hook_us"]
         timed = {hook.split(".")[0] for hook in in_place["once_a_run_ms"]}
