@@ -173,7 +173,8 @@ def _compose_callbacks(engine: Engine, keras: Any, tf: Any, stage: Any, stage_nu
         for lost in callback_state.not_restorable(user):
             _say(engine, f"a resume cannot give back {lost}: they are those of the epochs since it")
         after.append(backup)
-    stop = stopping.make_callback(stage, keras, tf, engine, backup, signals)
+    stop = stopping.make_callback(stage, keras, tf, engine, backup, signals,
+                                  position.learnt_length if position is not None else None)
     after.append(stop)
     if engine.plan.elastic:  # the ranks now: Horovod elastic renumbers them in a reset (never under distrain launch)
         configure_log(f"[{engine.rank}/{engine.size}] ")

@@ -167,6 +167,7 @@ class TfKerasBackup:
         self.plan, self.stage, self.script_callbacks = plan, stage, script_callbacks
         self.chief_dir = runs.chief_dir(plan.checkpoint_dir)
         self._position, self.written, self._averaged = (0, 0), False, False
+        self._holding, self._held = False, None  # a checkpoint due at an epoch's last step, held for its end
         self.hooks = hooks
 
     def first_epoch(self, script_initial_epoch: int) -> int:
@@ -186,6 +187,9 @@ class TfKerasBackup:
         self._position, self._averaged = (epoch + 1, 0), True  # sync.py's callback averaged just before
         try:
             super().on_epoch_end(epoch, logs)
+            if self._held is not None:  # due at the epoch's last step (on_train_batch_end): written now
+                held, self._held = self._held, None
+                self._backup(*held)
         finally:
             self._averaged = False
 
@@ -205,9 +209,16 @@ class TfKerasBackup:
             # save_now): 15 µs a step saved in place
             return
         self._position = _after(self, self._current_epoch, batch)
-        super().on_train_batch_end(batch, logs)
+        self._holding = ends_epoch(self, batch)  # a checkpoint due here waits for the epoch's end (`_backup`)
+        try:
+            super().on_train_batch_end(batch, logs)
+        finally:
+            self._holding = False
 
     def _backup(self, epoch: int, batch: int = 0) -> None:
+        if self._holding:  # tf_keras' step count says a checkpoint is due at the epoch's last step: see ends_epoch
+            self._held = (epoch, batch)
+            return
         if self.hooks.before_write is not None and not self._averaged:
             self.hooks.before_write(self._position)  # every rank is here: a timed checkpoint, a stop (stopping.py)
         if not self.plan.is_chief:
@@ -388,11 +399,18 @@ class Keras3TimedBackup(Keras3Backup):
         self._due = self._due or before // self.save_freq != self._steps // self.save_freq
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        # written here, after the script's own batch-end callbacks, as a callback placed last would
-        if self._due:
+        # written here, after the script's own batch-end callbacks, as a callback placed last would; at the
+        # epoch's last step, after its end (ends_epoch)
+        if self._due and not ends_epoch(self, self._last_batch):
             self._due = False
             epoch, last = self._epoch, self._last_batch
             self._save(*_after(self, epoch, last)) if self.hooks.exact else self._save(epoch)
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        super().on_epoch_end(epoch, logs)
+        if self._due:
+            self._due = False
+            self._save(epoch + 1, averaged=True)  # sync.py's callback averaged just before
 
 
 def _length_to_record(hooks: BackupHooks) -> int | None:
@@ -400,10 +418,18 @@ def _length_to_record(hooks: BackupHooks) -> int | None:
     return hooks.expected.length_to_record() if hooks.exact else None
 
 
+def ends_epoch(callback: Any, batch: int) -> bool:
+    """Whether step `batch` is its epoch's last, as fit's steps per epoch (Keras' params) say: the same on every
+    rank. A checkpoint taken there would resume at the next epoch's start without this one's end (its validation,
+    the script's epoch-end callbacks), which the run never stopped had: the backups write it after that end, and
+    the stop (stopping.py) waits for it too."""
+    steps = (getattr(callback, "params", None) or {}).get("steps")
+    return bool(steps) and batch + 1 >= steps
+
+
 def _after(callback: Any, epoch: int, batch: int) -> tuple[int, int]:
     """Where a resume starts once step `batch` of `epoch` is done: the next step, or the next epoch's start."""
-    steps = (getattr(callback, "params", None) or {}).get("steps")
-    return (epoch + 1, 0) if steps and batch + 1 >= steps else (epoch, batch + 1)
+    return (epoch + 1, 0) if ends_epoch(callback, batch) else (epoch, batch + 1)
 
 
 def _epochs_done(prefix: str) -> int:

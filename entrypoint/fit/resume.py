@@ -75,23 +75,23 @@ def position_input(arguments: dict, *, keras_family: str, checkpoint_dir: str, r
         return None
     epochs = int(arguments.get("epochs") or 1)
     start = saved or Position(int(arguments.get("initial_epoch") or 0), 0)
-    if batches.is_dataset(arguments["x"]) and arguments.get("steps_per_epoch"):  # an endless stream
-        steps = int(arguments["steps_per_epoch"])
-        position = _within(start, steps, epochs)
-        dataset, rank_share = _positioned_stream(arguments["x"], position, steps, rank, size, replicas, note)
-    elif batches.is_dataset(arguments["x"]) and int(arguments["x"].cardinality()) == _UNKNOWN:
-        steps, position, dataset, rank_share = _positioned_unknown_length(arguments["x"], start, keras_family, epochs,
-                                                                          rank, size, replicas, note)
-    elif batches.is_dataset(arguments["x"]):
-        dataset = arguments["x"]
-        steps = int(dataset.cardinality())
-        position = _within(start, steps, epochs)
-        dataset, rank_share = _positioned_dataset(dataset, position, epochs, rank, size, replicas, note)
+    x = arguments["x"]
+    arrays = None if batches.is_dataset(x) else batches.take_validation_split(arguments)
+    steps = _steps_per_epoch(arguments, arrays, start)
+    position = _within(start, steps, epochs)
+    if position.epoch >= epochs:  # stopped at the end of the fit's last epoch: nothing left to train
+        arguments["initial_epoch"] = epochs
+        return position
+    if batches.is_dataset(x) and arguments.get("steps_per_epoch"):  # an endless stream
+        dataset, rank_share = _positioned_stream(x, position, steps, rank, size, replicas, note)
+    elif batches.is_dataset(x) and int(x.cardinality()) == _UNKNOWN:
+        in_later_epoch = position.epoch > int(arguments.get("initial_epoch") or 0)
+        steps, position, dataset, rank_share = _positioned_unknown_length(x, position, keras_family, in_later_epoch,
+                                                                          epochs, rank, size, replicas, note)
+    elif batches.is_dataset(x):
+        dataset, rank_share = _positioned_dataset(x, position, epochs, rank, size, replicas, note)
     else:
         batch_size = int(arguments.get("batch_size") or 32)
-        arrays = batches.take_validation_split(arguments)
-        steps = batches.steps_per_epoch(arrays, batch_size)
-        position = _within(start, steps, epochs)
         shuffle = arguments.get("shuffle", True) is not False
         dataset = batches.positioned_array_dataset(arrays, batch_size, shuffle, first_epoch=position.epoch,
                                                    epochs=epochs, skip=position.step, rank=rank, size=size,
@@ -136,11 +136,25 @@ def _input_shape(x: Any) -> tuple | None:
     return (None, *shape[1:]) if shape is not None and len(shape) > 0 else None
 
 
-def _within(position: Position, steps: int, epochs: int) -> Position:
-    if position.step >= steps:
+def _steps_per_epoch(arguments: dict, arrays: Any, start: Position) -> int | None:
+    """Fit's steps per epoch for this input; None where its length is unknown and no checkpoint records it."""
+    x = arguments["x"]
+    if arrays is not None:
+        return batches.steps_per_epoch(arrays, int(arguments.get("batch_size") or 32))
+    if arguments.get("steps_per_epoch"):
+        return int(arguments["steps_per_epoch"])
+    length = int(x.cardinality())
+    return start.epoch_length if length == _UNKNOWN else length
+
+
+def _within(position: Position, steps: int | None, epochs: int) -> Position:
+    """The position as the start of the next epoch where it is at its epoch's end, and at the fit's end (epoch
+    `epochs`, step 0) where nothing is left to train. A fit resumed there trains no epoch: one with no step left
+    to run would fail in Keras 3.3 (`'NoneType' object is not iterable`) and tf_keras (`Empty logs`)."""
+    if steps is not None and position.step >= steps:
         position = dataclasses.replace(position, epoch=position.epoch + 1, step=0)
-    if position.epoch >= epochs:  # nothing left to train: an empty remainder of the last epoch
-        position = dataclasses.replace(position, epoch=epochs - 1, step=steps)
+    if position.epoch >= epochs:
+        position = dataclasses.replace(position, epoch=epochs, step=0)
     return position
 
 
@@ -163,15 +177,17 @@ def _positioned_dataset(dataset: Any, position: Position, epochs: int, rank: int
     return first.concatenate(per_epoch.repeat(epochs - position.epoch - 1)).filter(_keep), rank_share
 
 
-def _positioned_unknown_length(dataset: Any, start: Position, keras_family: str, epochs: int, rank: int, size: int,
-                               replicas: int, note: Callable[[str], None]) -> tuple[int | None, Position, Any, bool]:
+def _positioned_unknown_length(dataset: Any, position: Position, keras_family: str, in_later_epoch: bool,
+                               epochs: int, rank: int, size: int, replicas: int,
+                               note: Callable[[str], None]) -> tuple[int | None, Position, Any, bool]:
     """A dataset of unknown length (unknown_length.py): fit's steps_per_epoch (None: Keras ends each epoch where
-    its data ends), the position, the dataset and whether it is this rank's share of each batch."""
+    its data ends), the position, the dataset and whether it is this rank's share of each batch. tf_keras reads
+    past the end of its fit's first epoch only: resumed in a later epoch (`in_later_epoch`), where the run never
+    stopped knew the length, it is given the recorded one; resumed in the first, it finds the end as that run did."""
     import tensorflow as tf
 
-    recorded = start.epoch_length
-    position = _within(start, recorded, epochs) if recorded else start
-    if recorded and unknown_length.KNOWS_THE_LENGTH_AFTER_ITS_FIRST_EPOCH[keras_family]:
+    recorded = position.epoch_length
+    if recorded and in_later_epoch and unknown_length.KNOWS_THE_LENGTH_AFTER_ITS_FIRST_EPOCH[keras_family]:
         known = dataset.apply(tf.data.experimental.assert_cardinality(recorded))
         known, rank_share = _positioned_dataset(known, position, epochs, rank, size, replicas, note)
         return recorded, dataclasses.replace(position, learnt_length=lambda: recorded), known, rank_share

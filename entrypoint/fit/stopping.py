@@ -9,6 +9,11 @@ and the first step of every epoch checks as well (epoch ends pause for validatio
 synchronisation, and a stop within about 2 s plus one step. Slurm's KillWait (30 s from SIGTERM to
 SIGKILL) leaves room for the checkpoint.
 
+A stop or timed checkpoint agreed at an epoch's last step waits for that epoch's end (its validation, the
+script's epoch-end callbacks, the step in which a dataset of unknown length finds its end): a checkpoint taken
+before them would resume at the next epoch's start without them, and the run never stopped had them. Every
+rank says whether the step is its epoch's last in the same all-reduce, so all of them wait or none does.
+
 A signal outside `fit` (data loading, the script's own loop) ends the run at once with exit 75, as before
 distrain: nothing of distrain's is half-done there. A second Ctrl-C interrupts at once (KeyboardInterrupt).
 """
@@ -107,10 +112,15 @@ class AgreedStop:
     then stops all of them at that step (checkpoint first), or writes the checkpoint."""
 
     def __init__(self, plan: Plan, reduce_sum: Callable[[list[float]], list[float]], backup: Backup | None,
-                 flag: SignalFlag) -> None:
+                 flag: SignalFlag, learnt_length: Callable[[], int | None] | None = None) -> None:
+        """learnt_length: the epochs' length of a dataset of unknown length, once learnt (unknown_length.py)."""
         self.plan, self.reduce_sum, self.backup, self.flag = plan, reduce_sum, backup, flag
+        self.learnt_length = learnt_length
         self.timed = plan.checkpoint_minutes * 60 if backup is not None else 0.0
         self.epoch = 0
+        self.epoch_steps: int | None = None  # fit's steps per epoch, where Keras knows them
+        self.last_batch = -1
+        self.at_epoch_end: tuple[bool, bool] | None = None  # (stop, checkpoint) agreed at the epoch's last step
         self.steps = 0
         self.next_check = 1  # the first step (compilation) is measured too
         self.since = time.monotonic()
@@ -124,17 +134,33 @@ class AgreedStop:
             ignore_stop_signals()
             raise Preempted(self.flag.signame, None)
 
+    def epoch_began(self, epoch: int, steps: int | None) -> None:
+        self.epoch, self.epoch_steps = epoch, steps
+
     def epoch_end(self) -> None:
+        """After every other callback's epoch end (the stop callback comes last): a stop or timed checkpoint
+        agreed at the epoch's last step is done here."""
         # an epoch end's pauses (validation, callbacks, the checkpoint) are time the step count does not see: the
         # next epoch's first step checks too, so a stop never waits for several short epochs
         self.next_check = min(self.next_check, self.steps + 1)
+        stop, checkpoint_due = self.at_epoch_end or (False, False)
+        self.at_epoch_end = None
+        if stop:
+            self._stop(self.last_batch)
         if self.backup is not None and self.backup.save_freq == "epoch":
-            self.saved_at = time.monotonic()
+            self.saved_at = time.monotonic()  # the backup wrote its epoch-end checkpoint just before
+        elif checkpoint_due:
+            self._timed_checkpoint(self.last_batch)
+
+    def _ends_epoch(self, batch: int) -> bool:
+        steps = self.epoch_steps or (self.learnt_length() if self.learnt_length is not None else None)
+        return steps is not None and batch + 1 >= steps
 
     def step_ended(self, batch: int) -> None:
         """Called after each train-function call (steps.py): a batch hook would cost every step."""
         self.steps += 1
         self.steps_since += 1
+        self.last_batch = batch
         if self.steps < self.next_check:
             return
         plan, now = self.plan, time.monotonic()
@@ -142,18 +168,25 @@ class AgreedStop:
         due = 1.0 if plan.is_chief and self.timed and now - self.saved_at >= self.timed else 0.0
         # a count of ones, not plan.size: under MWM each local replica of a worker adds its copy
         signalled = 1.0 if self.flag.signame else 0.0
-        stop, step_times, checkpoint_due, count = self.reduce_sum([signalled, step_time, due, 1.0])
+        last = 1.0 if self._ends_epoch(batch) else 0.0
+        stop, step_times, checkpoint_due, count, lasts = self.reduce_sum([signalled, step_time, due, 1.0, last])
         mean_step = step_times / count
         every = plan.stop_check_seconds
         self.next_check = self.steps + max(1, min(100_000, math.ceil(every / max(mean_step, 1e-6))))
         self.since, self.steps_since = time.monotonic(), 0
+        if (stop > 0 or checkpoint_due > 0) and lasts == count:  # every rank's epoch ends here: wait for its end
+            self.at_epoch_end = (stop > 0, checkpoint_due > 0)
+            return
         if stop > 0:
             self._stop(batch)
         if checkpoint_due > 0:
-            where = self.backup.save_now(self.epoch, batch)
-            self.saved_at = time.monotonic()
-            if where and plan.is_chief:
-                log().info(f"timed checkpoint (every {plan.checkpoint_minutes:g} min): resumes at {where}")
+            self._timed_checkpoint(batch)
+
+    def _timed_checkpoint(self, batch: int) -> None:
+        where = self.backup.save_now(self.epoch, batch)
+        self.saved_at = time.monotonic()
+        if where and self.plan.is_chief:
+            log().info(f"timed checkpoint (every {self.plan.checkpoint_minutes:g} min): resumes at {where}")
 
     def _stop(self, batch: int) -> None:
         plan, backup = self.plan, self.backup
@@ -166,13 +199,15 @@ class AgreedStop:
         raise Preempted(self.flag.signame or "a signal on another rank", where, backup is not None)
 
 
-def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Backup | None, flag: SignalFlag) -> Any:
+def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Backup | None, flag: SignalFlag,
+                  learnt_length: Callable[[], int | None] | None = None) -> Any:
     """The callback that stops every rank at the same step once any rank got a signal (checkpoint first), and
     writes the timed checkpoints (DISTRAIN_CHECKPOINT_MINUTES) at steps all ranks agree on (AgreedStop). Under
-    Horovod elastic, a callback that does nothing: no agreed stop, no checkpoints of distrain's (see `install`)."""
+    Horovod elastic, a callback that does nothing: no agreed stop, no checkpoints of distrain's (see `install`).
+    Placed after every other callback: its epoch end comes last."""
     if plan.elastic:
         return keras.callbacks.Callback()  # no step_ended: nothing is done per step
-    logic = AgreedStop(plan, sum_over_ranks(plan, tf, engine), backup, flag)
+    logic = AgreedStop(plan, sum_over_ranks(plan, tf, engine), backup, flag, learnt_length)
 
     class StopAndCheckpoint(keras.callbacks.Callback):
         def __init__(self) -> None:
@@ -187,7 +222,7 @@ def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Backup |
             flag.in_fit = False
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            logic.epoch = epoch
+            logic.epoch_began(epoch, (self.params or {}).get("steps"))
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             logic.epoch_end()

@@ -33,6 +33,9 @@ parser.add_argument("--input", choices=["numpy", "tfdata", "stream", "tfrecord"]
 parser.add_argument("--batch-norm", action="store_true",
                     help="a BatchNormalization layer; its moving statistics go to DIR/statistics.npy, apart")
 parser.add_argument("--no-input-shape", action="store_true", help="a Sequential built on its first batch")
+parser.add_argument("--reduce-lr-on-plateau", action="store_true",
+                    help="ReduceLROnPlateau(monitor='loss', patience=0): the learning rate halves at the end of "
+                         "every epoch from the second on (its min_delta of 10 counts no epoch as an improvement)")
 args = parser.parse_args()
 
 tf.keras.utils.set_random_seed(1)
@@ -120,6 +123,8 @@ model.compile(optimizer=tf.keras.optimizers.Adam(0.01), loss=tf.keras.losses.Bin
 stop_at = os.environ.get("STOP_AT") or os.environ.get("CRASH_AT") or os.environ.get("KILL_AT")
 callbacks = [StopAt(*map(int, stop_at.split(":")), crash="CRASH_AT" in os.environ,
                     kill="KILL_AT" in os.environ)] if stop_at else []
+if args.reduce_lr_on_plateau:
+    callbacks.append(tf.keras.callbacks.ReduceLROnPlateau(monitor="loss", factor=0.5, patience=0, min_delta=10.0))
 if args.input == "numpy":
     model.fit(x, y, batch_size=args.batch_size, epochs=args.epochs, shuffle=True, callbacks=callbacks)
 elif args.input == "tfdata":
