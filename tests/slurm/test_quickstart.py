@@ -25,7 +25,10 @@ def test_the_quick_start_block_runs_as_written_from_the_users_project(slurm, tmp
 def test_a_job_stopped_without_requeue_resumes_with_the_command_its_log_prints(slurm, tmp_path):
     home, project, env = user(slurm, tmp_path)
     command = ["sbatch", "--no-requeue", "--nodes=1", "--ntasks-per-node=2", "--gres=gpu:2", "--cpus-per-task=1",
-               f"{ROOT}/jobs/mwm.job", "train.py", "--epochs", "12"]
+               f"{ROOT}/jobs/mwm.job", "train.py", "--epochs", "12", "--batch-size", "8"]
+    # batches of 8: 225 steps, epochs of about 2 s here, so that the 10 epochs left after the listing's start are
+    # far longer than the listing takes under load (2-4 s; with the default 64, 0.3 s epochs: training once ended
+    # before the signal came, a timing flake)
     job_id = submitted(subprocess.run(command, cwd=project, env=env, capture_output=True, text=True))
     log = project / f"distrain-mwm-{job_id}.out"
     runs = [DISTRAIN, "runs", "--json"]  # the user's output dir ($SCRATCH/distrain), as on the login node
@@ -49,7 +52,7 @@ def test_a_job_stopped_without_requeue_resumes_with_the_command_its_log_prints(s
     # (--gres=gpu:2 as given is --gpus-per-task=1 of the header for its 2 tasks: the same GPUs)
     assert resume == f"cd {project} && sbatch --nodes=1 --ntasks-per-node=2 --gpus-per-task=1 --cpus-per-task=1 " \
         f"--partition=debug --time=01:00:00 --job-name=distrain-mwm {ROOT}/jobs/mwm.job {project}/train.py " \
-        "--epochs 12", resume
+        "--epochs 12 --batch-size 8", resume
     again = submitted(subprocess.run(["bash", "-c", resume], cwd=tmp_path, env=env, capture_output=True, text=True))
     try:
         wait_gone(slurm, again, timeout=300)
@@ -57,7 +60,7 @@ def test_a_job_stopped_without_requeue_resumes_with_the_command_its_log_prints(s
         cancel(slurm, again)
     text = (project / f"distrain-mwm-{again}.out").read_text()
     stopped_in = int(re.search(r"resuming run train-\w+ at (?:the start of )?epoch (\d+)", text).group(1))
-    # the signal came in epoch `signalled_in` of 1-second epochs: the stop is within seconds, not epochs later
+    # the signal came in epoch `signalled_in` of 2-second epochs: the stop is within seconds, not epochs later
     assert signalled_in <= stopped_in <= signalled_in + 2, (signalled_in, text[-3000:])
     assert int(re.search(r"Epoch (\d+)/12", text).group(1)) == stopped_in, text[-3000:]
     # under load the stop can come late in the 12 epochs, leaving the resumed job a single one: the loss is
