@@ -222,7 +222,7 @@ def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Backup |
             flag.in_fit = False
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            logic.epoch_began(epoch, (self.params or {}).get("steps"))
+            logic.epoch_began(epoch, (getattr(self, "params", None) or {}).get("steps"))  # set by fit
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             logic.epoch_end()
