@@ -24,7 +24,12 @@ raises, so the run is refused at start-up with one line rather than failing late
 5. The TensorFlow backend creates every variable without the `aggregation` Keras declares (fixed in later 3.x,
    which pass it on): metric states ("sum" aggregation) stay per worker, so `fit` logs and `evaluate` returns
    each worker's own share. Their states are summed across workers just before the results are read.
-6. The loss is averaged with a plain division by the batch size: a replica handed an empty batch (the last global
+6. Gradient clipping (`clipnorm`, `clipvalue`, `global_clipnorm`) runs in the replica's `apply`, before the
+   gradients are summed across replicas (in every Keras 3 up to 3.15 at least): each replica clips its own share,
+   so N replicas train with other gradients than one process, and `global_clipnorm` hardly clips at all. Where
+   the optimizer clips, the gradients are all-reduced just before the clip, and the optimizer's own all-reduce
+   after it is skipped for those gradients: the clip acts on the global batch's gradient, as in one process.
+7. The loss is averaged with a plain division by the batch size: a replica handed an empty batch (the last global
    batch smaller than the replicas) computes 0/0 = NaN, which the loss tracker keeps (NaN x weight 0), so the
    logged loss reads `nan` (tensorflow/tensorflow#36224). Later Keras 3 divides with `divide_no_nan`; so does
    this fix.
@@ -36,6 +41,8 @@ import functools
 import importlib
 import inspect
 import re
+import threading
+import weakref
 from typing import Any
 
 from ..errors import EnvironmentProblem
@@ -44,6 +51,7 @@ _MEAN_AXIS_0 = re.compile(r"""strategy\.reduce\(\s*["']MEAN["'],\s*v,\s*axis=0\s
 _REDUCE_INPUT_BATCH = re.compile(r"""\.reduce\(\s*["']MEAN["'],\s*maybe_distributed_data_batch""")
 _UINT32_STATE = re.compile(r"""dtype=["']uint32["']""")
 _REDUCE_IN_MERGE_CALL = re.compile(r"""grads_and_vars = self\._all_reduce_sum_gradients\(""")
+_CLIPS_BEFORE_REDUCE = re.compile(r"""grads = self\._clip_gradients\(grads\)""")
 
 
 def _source(obj: Any) -> str:
@@ -94,6 +102,18 @@ def apply(tf: Any) -> list[str]:
     if "aggregation" not in _source(core.Variable._initialize) and results is not None:
         trainer.TensorFlowTrainer._get_metrics_result_or_logs = _sum_metric_states(results, multi_worker, tf)
         applied.append("metric states summed across workers (variables created without aggregation)")
+    base = importlib.import_module("keras.src.optimizers.base_optimizer").BaseOptimizer
+    clip = getattr(base, "_clip_gradients", None)
+    if clip is None or not _CLIPS_BEFORE_REDUCE.search(_source(base.apply) + _source(
+            getattr(base, "_backend_apply_gradients", None))):
+        raise _refuse(version, "its optimizer clips gradients somewhere distrain does not know")
+    reducer = getattr(optimizer_cls, "_all_reduce_sum_gradients", None)
+    if reducer is None:
+        raise _refuse(version, "its TensorFlow optimizer has no _all_reduce_sum_gradients")
+    scaled = hasattr(importlib.import_module("keras.src.losses.loss"), "scale_loss_for_distribution")
+    base._clip_gradients = _clip_after_reduce(clip, scaled, tf)
+    optimizer_cls._all_reduce_sum_gradients = _unless_reduced(reducer)
+    applied.append("gradients clipped after the all-reduce, not per replica")
     losses = importlib.import_module("keras.src.losses.loss")
     if hasattr(losses, "reduce_values") and "divide_no_nan" not in _source(losses.reduce_values):
         losses.reduce_values = _mean_no_nan(losses.reduce_values)
@@ -145,7 +165,8 @@ def _reduce_before_merge(original: Any, scaled: bool, tf: Any) -> Any:
     @functools.wraps(original)
     def _backend_update_step(self: Any, grads: Any, trainable_variables: Any, learning_rate: Any) -> Any:
         context = tf.distribute.get_replica_context()
-        if context is not None and tf.distribute.get_strategy().num_replicas_in_sync > 1:
+        if context is not None and tf.distribute.get_strategy().num_replicas_in_sync > 1 and \
+                not _CLIPPED.taken(grads):
             grads = list(grads)
             present = [i for i, g in enumerate(grads) if g is not None]
             op = tf.distribute.ReduceOp.SUM if scaled else tf.distribute.ReduceOp.MEAN
@@ -158,6 +179,58 @@ def _reduce_before_merge(original: Any, scaled: bool, tf: Any) -> Any:
     return _backend_update_step
 
 
+class _ClippedGradients(threading.local):
+    """The gradients `_clip_after_reduce` reduced and clipped in this replica's trace (MirroredStrategy traces
+    each local replica in a thread of its own), until the optimizer's all-reduce meets them and skips them."""
+
+    grads: list | None = None
+
+    def hold(self, grads: list) -> None:
+        self.grads = [g for g in grads if g is not None]
+
+    def taken(self, grads: Any) -> bool:
+        """Whether `grads` are those held (the very tensors): then they are reduced already; forgotten either way."""
+        held, self.grads = self.grads, None
+        present = [g for g in grads if g is not None]
+        return held is not None and len(held) == len(present) and all(a is b for a, b in zip(held, present))
+
+
+_CLIPPED = _ClippedGradients()
+
+
+def _clips(optimizer: Any) -> bool:
+    return any((getattr(optimizer, name, None) or 0) > 0 for name in ("clipnorm", "clipvalue", "global_clipnorm"))
+
+
+def _clip_after_reduce(original: Any, scaled: bool, tf: Any) -> Any:
+    @functools.wraps(original)
+    def _clip_gradients(self: Any, grads: Any) -> Any:
+        context = tf.distribute.get_replica_context()
+        if not _clips(self) or context is None or tf.distribute.get_strategy().num_replicas_in_sync == 1:
+            return original(self, grads)
+        grads = list(grads)
+        present = [i for i, g in enumerate(grads) if g is not None]
+        op = tf.distribute.ReduceOp.SUM if scaled else tf.distribute.ReduceOp.MEAN
+        for i, value in zip(present, context.all_reduce(op, [grads[i] for i in present]) if present else []):
+            grads[i] = value
+        clipped = original(self, grads)
+        _CLIPPED.hold(clipped)
+        return clipped
+
+    return _clip_gradients
+
+
+def _unless_reduced(original: Any) -> Any:
+    @functools.wraps(original)
+    def _all_reduce_sum_gradients(self: Any, grads_and_vars: Any) -> Any:
+        grads_and_vars = list(grads_and_vars)
+        if _CLIPPED.taken([g for g, _ in grads_and_vars]):
+            return grads_and_vars
+        return original(self, grads_and_vars)
+
+    return _all_reduce_sum_gradients
+
+
 def _sum_metric_states(original: Any, multi_worker: Any, tf: Any) -> Any:
     @functools.wraps(original)
     def _get_metrics_result_or_logs(self: Any, logs: Any) -> Any:
@@ -166,21 +239,30 @@ def _sum_metric_states(original: Any, multi_worker: Any, tf: Any) -> Any:
             variables = [getattr(v, "value", v) for v in self.metrics_variables]
             variables = [v for v in variables if v.dtype.is_floating or v.dtype.is_integer]
             if variables:
-                for variable, total in zip(variables, _all_sum(strategy, tf)(variables)):
+                for variable, total in zip(variables, _all_sum(self, strategy, variables, tf)()):
                     variable.assign(tf.cast(total, variable.dtype))
         return original(self, logs)
 
     return _get_metrics_result_or_logs
 
 
-@functools.cache
-def _all_sum(strategy: Any, tf: Any) -> Any:
-    @tf.function
-    def all_sum(values: list) -> list:
-        local = strategy.run(lambda: [tf.identity(v) for v in values])
-        return [strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None) for value in local]
+_METRIC_SUMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (its variables, their sum)
 
-    return all_sum
+
+def _all_sum(model: Any, strategy: Any, variables: list, tf: Any) -> Any:
+    """The sum of `variables` over every replica, one tf.function per model and set of variables. The variables
+    are the function's closure, not its arguments: a tf.function given distributed variables as arguments kept
+    reading the first ones it was traced with, so a script's second model reported the first model's metrics."""
+    key = (id(strategy), tuple(v.ref() for v in variables))
+    cached = _METRIC_SUMS.get(model)
+    if cached is None or cached[0] != key:
+        @tf.function
+        def all_sum() -> list:
+            local = strategy.run(lambda: [tf.identity(v) for v in variables])
+            return [strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None) for value in local]
+
+        cached = _METRIC_SUMS[model] = (key, all_sum)
+    return cached[1]
 
 
 def _mean_no_nan(original: Any) -> Any:
