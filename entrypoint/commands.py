@@ -15,7 +15,7 @@ import sys
 import traceback
 from typing import Any, Callable, NoReturn, Optional, TypeVar
 
-from .errors import EXIT_PREEMPTED, EXIT_WORKER_FAILED, ConfigError, DistrainError
+from .errors import EXIT_PREEMPTED, EXIT_WORKER_FAILED, ConfigError, DistrainError, RunStopped
 
 Func = TypeVar("Func", bound=Callable)
 DEFAULT_WORKERS = 2  # `launch` without -n (cli's typer option says the same)
@@ -33,7 +33,7 @@ def reports_errors(func: Func) -> Func:
     def wrapper(*args, **kwargs):  # noqa: ANN202
         try:
             return func(*args, **kwargs)
-        except DistrainError as exc:
+        except (DistrainError, RunStopped) as exc:
             if exc.exit_code == EXIT_PREEMPTED:  # a clean, checkpointed stop is not an error
                 sys.stderr.write(f"distrain: {exc}\n")
                 sys.stdout.flush()
@@ -71,6 +71,9 @@ def check_script(script: str) -> str:
 @reports_errors
 def run_script_command(script: str, args: list[str]) -> None:
     """`distrain run SCRIPT ARGS...`: what every worker of every job runs."""
+    from . import startup_stop
+
+    startup_stop.install()  # first: a stop while TensorFlow loads or the workers meet is exit 75, not 143
     from . import log, runtime
     from .plan import detect
 
@@ -121,10 +124,11 @@ def _say_what_runs(plan: Any, logger: Any) -> None:
 def _run_and_record_the_end(plan: Any, path: str, args: list[str]) -> None:
     """Set up, run the script, and record how this worker ended (endings.py): a lost peer is one line and exit 4,
     the script's own error its traceback and exit 1."""
-    from . import runner, runtime
+    from . import runner, runtime, startup_stop
     from .fit import batches
 
     ending = _Ending(plan.checkpoint_dir, plan.rank, plan.size)
+    startup_stop.when_stopped(lambda why: ending.record(EXIT_PREEMPTED, why))
     engine = None
     evened = batches.EvenedInputs()  # exact resume's datasets, evened already (fit/batches.py)
     try:
@@ -134,7 +138,7 @@ def _run_and_record_the_end(plan: Any, path: str, args: list[str]) -> None:
     except SystemExit as exc:
         ending.record(exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1, "the script exited")
         raise
-    except DistrainError as exc:
+    except (DistrainError, RunStopped) as exc:
         ending.record(exc.exit_code, str(exc))
         raise
     except BaseException as exc:  # the script's own error: its traceback, once, then Python's usual exit code 1
@@ -154,6 +158,9 @@ def _run_and_record_the_end(plan: Any, path: str, args: list[str]) -> None:
         traceback.print_exc()
         sys.stderr.flush()
         raise SystemExit(1) from None
+    from .fit.stopping import ignore_stop_signals
+
+    ignore_stop_signals()  # the script is done: a TERM during TensorFlow's teardown must not turn exit 0 into 143
     ending.record(0)
 
 

@@ -24,6 +24,13 @@ class DistrainError(Exception):
         self.exit_code = exit_code
 
 
+class RunStopped(BaseException):  # noqa: N818 - a stop, not an error
+    """The run stops here to be rerun (a stop signal, or a fresh start this attempt needs): exit 75, requeued. Not
+    an Exception, so that a script's own `except Exception:` around its training cannot swallow the stop."""
+
+    exit_code = EXIT_PREEMPTED
+
+
 class ConfigError(DistrainError):
     """The environment or the command line describes something that cannot run."""
 

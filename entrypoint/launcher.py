@@ -107,7 +107,7 @@ def _say_how_it_ended(ended: Ended, wait_after_signal: float) -> None:
         return
     how = f"exited with code {ended.raw}"
     if ended.raw == EXIT_PREEMPTED:
-        how = "stopped after a checkpoint (exit 75: rerun to resume)"
+        how = "stopped (exit 75: the same command resumes)"
     sys.stderr.write(f"distrain launch: worker {ended.rank} {how}; the other workers were stopped\n")
 
 

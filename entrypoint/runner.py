@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from . import runs
+from . import runs, startup_stop
 from .compat import adopt
 from .engines import Engine
 from .fit import batches, callback_state, checkpoint, resume, stages, stalls, steps, stopping, sync
@@ -315,6 +315,7 @@ def run_script(script: str, argv: list[str], engine: Engine | None, evened: batc
     elif engine is not None and engine.strategy is not None:
         engine.tf.distribute.experimental_set_strategy(None)
         log().info("hooks off: the script runs as is, without the default strategy or hooks")
+    startup_stop.hand_over(handlers_installed=False)  # hooks off: the script gets the signals' defaults
     sys.argv = [script, *argv]
     sys.path.insert(0, os.path.dirname(script))
     runpy.run_path(script, run_name="__main__")

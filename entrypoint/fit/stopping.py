@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from .. import runs
-from ..errors import EXIT_PREEMPTED, DistrainError
+from .. import runs, startup_stop
+from ..errors import RunStopped
 from ..log import get as log
 from ..plan import Plan
 
@@ -37,9 +37,12 @@ if TYPE_CHECKING:
 CHIEF_CHECKPOINT_WAIT_SECONDS = 5.0  # how long the other ranks wait for the chief's stop checkpoint to appear
 
 
-class Preempted(DistrainError):
-    def __init__(self, signame: str, where: str | None, checkpoints_on: bool = False) -> None:
-        if where is not None:
+class Preempted(RunStopped):
+    def __init__(self, signame: str, where: str | None, checkpoints_on: bool = False,
+                 before_training: bool = False) -> None:
+        if before_training:
+            said = f"stopped on {signame} before the script's first fit: nothing was lost; the same command resumes"
+        elif where is not None:
             said = f"stopped on {signame} after saving a checkpoint; rerun to resume at {where}"
         elif checkpoints_on:
             said = (f"stopped on {signame}; the checkpoint could not be written (see above), so a rerun resumes "
@@ -48,15 +51,15 @@ class Preempted(DistrainError):
             said = (f"stopped on {signame}; distrain saved nothing (its checkpoints are off: DISTRAIN_CHECKPOINT=0 "
                     "or your own BackupAndRestore, or the signal came outside fit), so a rerun resumes only from "
                     "what your script saved")
-        super().__init__(said, EXIT_PREEMPTED)
+        super().__init__(said)
 
 
-class StoppedForRerun(DistrainError):
+class StoppedForRerun(RunStopped):
     """A stop no signal asked for: what this attempt found (a checkpoint set aside as unreadable) means only a
     fresh start resumes right. Exit 75, requeued and restarted like a preemption."""
 
     def __init__(self, why: str) -> None:
-        super().__init__(why, EXIT_PREEMPTED)
+        super().__init__(why)
 
 
 def stop_for_rerun(why: str) -> NoReturn:
@@ -71,6 +74,7 @@ class SignalFlag:
     def __init__(self) -> None:
         self.signame: str | None = None
         self.in_fit = False
+        self.fits_begun = 0
 
     def install(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
@@ -83,7 +87,7 @@ class SignalFlag:
         self.signame = name
         if not self.in_fit:
             ignore_stop_signals()
-            raise Preempted(name, None)
+            raise Preempted(name, None, before_training=self.fits_begun == 0)
         more = " (Ctrl-C again to interrupt at once)" if signum == signal.SIGINT else ""
         log().warning(f"received {name}: will checkpoint and stop within seconds, at a step all ranks agree on{more}")
 
@@ -95,6 +99,7 @@ def install(plan: Plan) -> SignalFlag:
     flag = SignalFlag()
     if not plan.elastic:
         flag.install()
+    startup_stop.hand_over(handlers_installed=not plan.elastic)
     return flag
 
 
@@ -129,10 +134,11 @@ class AgreedStop:
 
     def train_begin(self) -> None:
         self.flag.in_fit = True
+        self.flag.fits_begun += 1
         if self.flag.signame:  # a signal that came while fit was starting
             self.flag.in_fit = False
             ignore_stop_signals()
-            raise Preempted(self.flag.signame, None)
+            raise Preempted(self.flag.signame, None, before_training=self.flag.fits_begun == 1)
 
     def epoch_began(self, epoch: int, steps: int | None) -> None:
         self.epoch, self.epoch_steps = epoch, steps

@@ -220,3 +220,42 @@ def test_launch_second_ctrl_c_kills_at_once(tmp_path):
     assert time.monotonic() - sent < 5 and "interrupted (a second Ctrl-C)" in rest
     time.sleep(1)
     assert gone(proc.pid)
+
+
+def test_a_stop_while_distrain_starts_exits_75_at_once_with_one_line(tmp_path):
+    """#67: SIGTERM 1 s after the start (distrain and TensorFlow loading) and 3 s after (TensorFlow's import, or
+    the script before its first fit): exit 75 within seconds and one line, where it was 143 and nothing. A job
+    script requeues on 75 (slurm/test_jobs.py)."""
+    for after in (1.0, 3.0):
+        proc = start([DISTRAIN, "run", str(ROOT / "examples" / "train.py"), "--epochs", "3"],
+                     clean_env(DISTRAIN_OUTPUT_DIR=str(tmp_path)))
+        time.sleep(after)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 75, out[-3000:]
+        assert time.monotonic() - sent < 5, out[-3000:]
+        assert re.search(r"distrain: stopped on SIGTERM (while starting, before any training|before the script's "
+                         r"first fit): nothing was lost; the same command resumes", out), out[-3000:]
+        assert "Traceback" not in out and "Epoch 1/" not in out, out[-3000:]
+
+
+def test_a_scripts_own_except_exception_cannot_swallow_the_stop(tmp_path):
+    """A script that wraps its training in `try: ... except Exception:` (slow_steps.py run inside one) still
+    stops on SIGTERM with exit 75 after its checkpoint, and the code after its `except` does not run."""
+    wrapper = tmp_path / "wrapped.py"
+    wrapper.write_text("import runpy, sys\nsys.argv = sys.argv[1:]\ntry:\n"
+                       "    runpy.run_path(sys.argv[0], run_name='__main__')\nexcept Exception as exc:\n"
+                       "    print('SWALLOWED', type(exc).__name__, flush=True)\nprint('AFTER', flush=True)\n")
+    proc = start([DISTRAIN, "run", str(wrapper), SLOW, "--step-seconds", "0.2", "--epochs", "20"],
+                 clean_env(DISTRAIN_OUTPUT_DIR=str(tmp_path / "out")))
+    try:
+        seen = read_until(proc, r"STEP epoch=1 step=2 ", timeout=120)
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    out = seen + rest
+    assert proc.returncode == 75, out[-3000:]
+    assert "stopped on SIGTERM after saving a checkpoint" in out, out[-3000:]
+    assert "SWALLOWED" not in out and "AFTER" not in out, out[-3000:]

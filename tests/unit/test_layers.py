@@ -10,7 +10,7 @@ from helpers import ROOT
 
 PACKAGE = ROOT / "entrypoint"
 LAYERS = [  # bottom to top; a module's layer is that of the longest prefix naming it
-    ("base", ["errors", "log"]),
+    ("base", ["errors", "log", "startup_stop"]),
     ("decision", ["workdirs", "slurm", "runs", "ports", "plan", "devices", "peers", "endings"]),
     ("setup", ["engines", "compat", "runtime"]),
     ("inside fit", ["fit"]),
