@@ -201,9 +201,15 @@ distrain_launch() {
     break
   done
   if [ "$restarts" -gt 0 ] && [ "$rc" = 0 ]; then echo "distrain job: finished after $restarts restart(s)"; fi
+  # a step that ended after a signal this shell forwarded was stopped, whatever its code: a task killed before
+  # its stop handler was in place says 128 + the signal, srun may say 1; the run resumes from its last checkpoint
+  if [ -n "$STOPPED_BY" ] && [ "$rc" != 0 ] && [ "$rc" != 75 ]; then
+    echo "distrain job: the step ended with exit $rc after SIG$STOPPED_BY: taken as a stop (exit 75)"
+    rc=75
+  fi
   if [ "$rc" = 75 ] && [ -z "${REQUEUED:-}" ]; then
-    distrain_requeue "stopped after a checkpoint" \
-      || echo "distrain job: stopped after a checkpoint; to resume, submit it again: $DISTRAIN_RESUME_COMMAND"
+    distrain_requeue "stopped" \
+      || echo "distrain job: stopped; to resume, submit it again: $DISTRAIN_RESUME_COMMAND"
   fi
   return "$rc"
 }

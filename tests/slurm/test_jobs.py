@@ -174,6 +174,24 @@ def test_sigterm_checkpoints_requeues_and_resumes(slurm, tmp_path):
     assert "Restarts=1" in show and "JobState=COMPLETED" in show
 
 
+def test_a_job_stopped_while_it_starts_is_requeued(slurm, tmp_path):
+    """#67: a preemption in a job's first seconds (its batch shell signalled as the step starts, before any task
+    has its stop handler) requeues the job, whatever the step's exit code: 75 from a task, 143 or srun's own."""
+    job_id = submit(slurm, tmp_path, "single", [*SMALL, "--gres=gpu:1"], ["--epochs", "2"], wait=False)
+    log = tmp_path / f"single-{job_id}.out"
+    env = {**os.environ, "SLURM_CONF": slurm}
+    try:
+        wait_for_text(log, "distrain job: checkpoints:")  # the line before the step starts
+        subprocess.run(["scancel", "--batch", "--signal=TERM", job_id], env=env, check=True)
+        wait_for_text(log, f"requeueing job {job_id}", timeout=60)
+    finally:
+        cancel(slurm, job_id)
+    text = log.read_text()
+    assert "got SIGTERM, forwarding it to the training step" in text, text[-3000:]
+    assert f"requeueing job {job_id} to resume" in text, text[-3000:]
+    assert "Epoch 1/" not in text.split("requeueing job")[0], text[-3000:]
+
+
 def test_bench_as_the_job_script(slurm, tmp_path):
     job = submit(slurm, tmp_path, "mwm", [*SMALL, "--nodes=2", "--ntasks-per-node=1", "--gres=gpu:1"],
                  ["--steps", "5", "--warmup", "2", "--json", str(tmp_path / "bench.json")], TRAIN_SCRIPT="bench")
