@@ -322,8 +322,14 @@ def _seconds(env: Mapping[str, str], name: str, default: float, minimum: float =
     return value
 
 
-# the distributions the Keras decision depends on, by normalised name (PEP 503), and the package each one is
-_VERSIONED = {"tensorflow": "tensorflow", "tensorflow_cpu": "tensorflow", "keras": "keras", "tf_keras": "tf_keras"}
+# the distributions the Keras decision depends on, by normalised name (PEP 503), and the package each one is: a
+# pre-release of TensorFlow requires `keras-nightly`, which installs the package `keras` too
+_VERSIONED = {"tensorflow": "tensorflow", "tensorflow_cpu": "tensorflow", "tf_nightly": "tensorflow",
+              "tf_nightly_cpu": "tensorflow", "keras": "keras", "keras_nightly": "keras", "tf_keras": "tf_keras",
+              "tf_keras_nightly": "tf_keras"}
+# where a Keras package says its own version, for one installed without the metadata expected
+_VERSION_FILES = {"keras": ("keras/src/version.py", "keras/version.py"), "tf_keras": ("tf_keras/__init__.py",)}
+_VERSION_LINE = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
 
 
 def installed_versions(paths: list[str] | None = None) -> dict[str, str]:
@@ -342,7 +348,21 @@ def installed_versions(paths: list[str] | None = None) -> dict[str, str]:
             package = _VERSIONED.get(re.sub(r"[-_.]+", "_", dist).lower())
             if dot and kind in ("dist-info", "egg-info") and package and version and package not in found:
                 found[package] = version.split("-")[0]
+        for package, files in _VERSION_FILES.items():
+            version = next(filter(None, (_version_in(entry, f) for f in files)), None) \
+                if package not in found and package in names else None
+            if version:
+                found[package] = version
     return found
+
+
+def _version_in(entry: str, relative: str) -> str | None:
+    try:
+        with open(os.path.join(entry or ".", relative)) as handle:
+            match = _VERSION_LINE.search(handle.read(4096))
+    except OSError:
+        return None
+    return match.group(1) if match else None
 
 
 def _major_minor(version: str | None) -> tuple[int, int]:

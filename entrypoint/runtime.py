@@ -89,7 +89,7 @@ def setup(plan: Plan | None = None, checked: bool = False,
         except ImportError:
             raise EnvironmentProblem(
                 "legacy Keras (tf_keras) is not installed: `pip install --no-deps tf-keras==<your TF version>`, "
-                "or set DISTRAIN_KERAS=keras3 (single-worker only)"
+                "or DISTRAIN_KERAS=keras3 to run it on Keras 3"
             ) from None
     import tensorflow as tf
 

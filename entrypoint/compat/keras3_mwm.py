@@ -46,6 +46,7 @@ import weakref
 from typing import Any
 
 from ..errors import EnvironmentProblem
+from . import keras3_trainer
 
 _MEAN_AXIS_0 = re.compile(r"""strategy\.reduce\(\s*["']MEAN["'],\s*v,\s*axis=0\s*\)""")
 _REDUCE_INPUT_BATCH = re.compile(r"""\.reduce\(\s*["']MEAN["'],\s*maybe_distributed_data_batch""")
@@ -69,15 +70,21 @@ def _refuse(keras_version: str, what: str) -> EnvironmentProblem:
 
 
 def apply(tf: Any) -> list[str]:
-    """Install the fixes whose defect is present; return their names. Raises EnvironmentProblem (refusal)."""
+    """Install the fixes whose defect is present; return their names. Raises EnvironmentProblem (refusal): also
+    where a module, class or method these fixes read has moved (the run stops there, before any training)."""
     import keras
 
     version = keras.__version__
     try:
-        trainer = importlib.import_module("keras.src.backend.tensorflow.trainer")
-        seeds = importlib.import_module("keras.src.random.seed_generator")
-    except ImportError as exc:
-        raise _refuse(version, f"its TensorFlow trainer is not where distrain expects it ({exc})") from None
+        return _apply(tf, version)
+    except (ImportError, AttributeError) as exc:
+        raise _refuse(version, f"its internals are not where distrain expects them ({exc})") from None
+
+
+def _apply(tf: Any, version: str) -> list[str]:
+    trainer = importlib.import_module(keras3_trainer.TRAINER_MODULE)
+    trainer_cls = keras3_trainer.trainer_class()
+    seeds = importlib.import_module("keras.src.random.seed_generator")
     reduce_fn = getattr(trainer, "reduce_per_replica", None)
     multi_worker = getattr(trainer, "_collective_all_reduce_multi_worker", None)
     if reduce_fn is None or multi_worker is None or list(inspect.signature(reduce_fn).parameters)[:3] != [
@@ -87,9 +94,9 @@ def apply(tf: Any) -> list[str]:
     if _MEAN_AXIS_0.search(_source(reduce_fn)):
         trainer.reduce_per_replica = _scalar_safe_reduce(reduce_fn, multi_worker, tf)
         applied.append("reduce_per_replica axis=None for scalars (tf#72388)")
-    build = getattr(trainer.TensorFlowTrainer, "_maybe_symbolic_build", None)
+    build = getattr(trainer_cls, "_maybe_symbolic_build", None)
     if build is not None and _REDUCE_INPUT_BATCH.search(_source(build)):
-        trainer.TensorFlowTrainer._maybe_symbolic_build = _build_from_local_batch(build, multi_worker, tf)
+        trainer_cls._maybe_symbolic_build = _build_from_local_batch(build, multi_worker, tf)
         applied.append("symbolic build from the local batch (keras#20585)")
     optimizer_cls = getattr(importlib.import_module("keras.src.backend.tensorflow.optimizer"), "TFOptimizer", None)
     update = getattr(optimizer_cls, "_distributed_tf_update_step", None)
@@ -97,10 +104,10 @@ def apply(tf: Any) -> list[str]:
         scaled = hasattr(importlib.import_module("keras.src.losses.loss"), "scale_loss_for_distribution")
         optimizer_cls._backend_update_step = _reduce_before_merge(optimizer_cls._backend_update_step, scaled, tf)
         applied.append(f"gradients {'summed' if scaled else 'averaged'} across replicas (keras#19969)")
-    core = importlib.import_module("keras.src.backend.tensorflow.core")
-    results = getattr(trainer.TensorFlowTrainer, "_get_metrics_result_or_logs", None)
-    if "aggregation" not in _source(core.Variable._initialize) and results is not None:
-        trainer.TensorFlowTrainer._get_metrics_result_or_logs = _sum_metric_states(results, multi_worker, tf)
+    variable_cls = importlib.import_module("keras.src.backend.tensorflow").Variable  # .core's, 3.16: .ops.core's
+    results = getattr(trainer_cls, "_get_metrics_result_or_logs", None)
+    if "aggregation" not in _source(variable_cls._initialize) and results is not None:
+        trainer_cls._get_metrics_result_or_logs = _sum_metric_states(results, multi_worker, tf)
         applied.append("metric states summed across workers (variables created without aggregation)")
     base = importlib.import_module("keras.src.optimizers.base_optimizer").BaseOptimizer
     clip = getattr(base, "_clip_gradients", None)

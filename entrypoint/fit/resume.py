@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import runs
+from ..compat import keras3_trainer
 from . import batches, skip_beneath, unknown_length
 
 _ENDLESS = -1  # tf.data.INFINITE_CARDINALITY
@@ -348,7 +349,7 @@ def _keras3_building_as_plain_keras(script_dataset: Any) -> Iterator[None]:
     the next order too, so the epochs after it trained other orders than the run never stopped (measured on
     Keras 3.15.1 under MWM: the resumed epoch trained the next epoch's order). So the build reads its batch from
     the script's own dataset, as plain Keras does. Keras 3.3 has no such build: nothing to do."""
-    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
+    TensorFlowTrainer = keras3_trainer.trainer_class()  # noqa: N806 - the class, under Keras' own name
 
     build = getattr(TensorFlowTrainer, "_maybe_symbolic_build", None)
     if build is None or script_dataset is None:
@@ -396,7 +397,7 @@ def _keras3_skipping(steps: int) -> Iterator[None]:
     original = getattr(owner, name)
     pending = [steps]
     building = [False]
-    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
+    TensorFlowTrainer = keras3_trainer.trainer_class()  # noqa: N806 - the class, under Keras' own name
 
     build = getattr(TensorFlowTrainer, "_maybe_symbolic_build", None)
 

@@ -275,6 +275,25 @@ def test_installed_versions_first_on_the_path_wins(tmp_path):
         "keras": "3.3.2", "tf_keras": "2.17.0", "tensorflow": "2.17.1"}
 
 
+def test_keras_3_is_found_under_the_nightly_names_and_by_its_own_version_file(tmp_path):
+    """#68: `pip install tensorflow-cpu==2.22.0rc0` brings `keras-nightly` (package `keras`): Keras 3, not "Keras 3
+    is not installed". A package without the metadata expected (a copy on PYTHONPATH) says its version itself."""
+    from entrypoint.plan import installed_versions
+
+    nightly, copied = tmp_path / "nightly", tmp_path / "copied"
+    for name in ("keras_nightly-3.16.0.dev2026112103.dist-info", "tensorflow_cpu-2.22.0rc0.dist-info", "keras"):
+        (nightly / name).mkdir(parents=True)
+    (copied / "keras" / "src").mkdir(parents=True)
+    (copied / "keras" / "src" / "version.py").write_text('from x import y\n__version__ = "3.99.0"\n')
+    (copied / "tf_keras").mkdir()
+    (copied / "tf_keras" / "__init__.py").write_text("__version__ = '2.22.0'\n")
+    assert installed_versions([str(nightly)]) == {"keras": "3.16.0.dev2026112103", "tensorflow": "2.22.0rc0"}
+    assert installed_versions([str(copied), str(nightly)]) == {"keras": "3.99.0", "tf_keras": "2.22.0",
+                                                               "tensorflow": "2.22.0rc0"}
+    plan = detect({}, gpus=[], packages=installed_versions([str(nightly)]))
+    assert plan.keras == "keras3", plan.reasons
+
+
 def test_the_timers_defaults_are_the_readmes():
     """The defaults the integration tests shorten through the settings (a stall floor of 15 s, checks at every
     step) are, unset, what the README's configuration table says."""
