@@ -222,6 +222,7 @@ def test_launch_second_ctrl_c_kills_at_once(tmp_path):
     assert gone(proc.pid)
 
 
+@pytest.mark.core
 def test_a_stop_while_distrain_starts_exits_75_at_once_with_one_line(tmp_path):
     """#67: SIGTERM 1 s after the start (distrain and TensorFlow loading) and 3 s after (TensorFlow's import, or
     the script before its first fit): exit 75 within seconds and one line, where it was 143 and nothing. A job
@@ -240,6 +241,7 @@ def test_a_stop_while_distrain_starts_exits_75_at_once_with_one_line(tmp_path):
         assert "Traceback" not in out and "Epoch 1/" not in out, out[-3000:]
 
 
+@pytest.mark.core
 def test_a_scripts_own_except_exception_cannot_swallow_the_stop(tmp_path):
     """A script that wraps its training in `try: ... except Exception:` (slow_steps.py run inside one) still
     stops on SIGTERM with exit 75 after its checkpoint, and the code after its `except` does not run."""
