@@ -21,10 +21,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 from ..plan import PROXY_VARS
 from . import hostcheck
+from .selftest_arithmetic import judge_arithmetic, load_steps
+from .selftest_rows import FAIL, PASS, SKIP, Row
 
 # The first Linux driver of each CUDA release (NVIDIA's CUDA Toolkit release notes, "CUDA Toolkit and Corresponding
 # Driver Versions"): what `nvidia-smi` must show for the CUDA an image's TensorFlow was built with.
@@ -32,15 +34,6 @@ FIRST_DRIVER = {"11.8": "520.61.05", "12.0": "525.60.13", "12.1": "530.30.02", "
                 "12.3": "545.23.06", "12.4": "550.54.14", "12.5": "555.42.02", "12.6": "560.28.03",
                 "12.8": "570.86.10", "12.9": "575.51.03", "13.0": "580.65.06"}
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "selftest_train.py")
-PASS, FAIL, SKIP = "pass", "fail", "skip"
-
-
-@dataclass(frozen=True)
-class Row:
-    check: str
-    status: str
-    detail: str
-    seconds: float = 0.0
 
 
 # ---- judging what the workers wrote (pure) ----
@@ -304,12 +297,14 @@ def run_local(workers: int = 2, timeout: float = 300) -> list[Row]:
         rows.extend(gpu_rows(first, single.seconds))
         mwm, mwm_results = _run_check(f"MWM x{workers}", [*distrain, "launch", "-n", str(workers)], base,
                                       os.path.join(scratch, "mwm"), workers, timeout)
-        rows.append(mwm)
+        rows += [mwm, arithmetic_row(mwm.check, mwm_results, os.path.join(scratch, "mwm"), first,
+                                     os.path.join(scratch, "single"))]
         launcher = _horovod_launcher(workers)
         if launcher and _horovod_builds():
             horovod, horovod_results = _run_check(f"Horovod x{workers}", [*launcher, *distrain, "run"], base,
                                                   os.path.join(scratch, "horovod"), workers, timeout)
-            rows.append(horovod)
+            rows += [horovod, arithmetic_row(horovod.check, horovod_results, os.path.join(scratch, "horovod"), first,
+                                             os.path.join(scratch, "single"))]
         else:
             horovod_results = []
             rows.append(Row(f"Horovod x{workers}", SKIP, "Horovod with TensorFlow, or horovodrun/mpirun to start it, "
@@ -318,6 +313,12 @@ def run_local(workers: int = 2, timeout: float = 300) -> list[Row]:
         rows.append(interconnect_row([*mwm_results, *horovod_results]))
         rows.extend(environment_rows(os.environ, first.get("cuda_version", "") if first else "", gpus))
     return rows
+
+
+def arithmetic_row(check: str, results: list[dict], directory: str, reference: dict | None,
+                   reference_directory: str) -> Row:
+    """Whether the mode computed what the one-process run computed (selftest_arithmetic)."""
+    return judge_arithmetic(check, results, reference, load_steps(directory), load_steps(reference_directory))
 
 
 def _horovod_launcher(workers: int) -> list[str] | None:
@@ -358,6 +359,7 @@ def judge_allocation(directory: str, env: Mapping[str, str]) -> list[Row]:
             first = results[0] if results else {}
             rows.extend(gpu_rows(first or None))
         else:
+            rows.append(arithmetic_row(name, results, out, first or None, os.path.join(directory, "single")))
             everyone.extend(results)
     rows.append(pinning_row(everyone))
     rows.append(interconnect_row(everyone))

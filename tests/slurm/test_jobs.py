@@ -217,6 +217,9 @@ def test_selftest_job_proves_mwm_and_horovod_across_two_nodes(slurm, tmp_path):
     for check in ("single", "MWM x2", "Horovod x2"):
         assert re.search(rf"^{re.escape(check)}\s+pass .*2 ranks on 2 node\(s\); weights identical"
                          if check != "single" else rf"^{check}\s+pass ", verdict, re.MULTILINE), verdict
+        if check != "single":  # across two nodes, the numbers of the one-process run of the same job
+            assert re.search(rf"^{check} = one process\s+pass .*largest relative difference", verdict,
+                             re.MULTILINE), verdict
     assert re.search(r"^GPU: XLA\s+skip .*no GPU visible to TensorFlow", verdict, re.MULTILINE), verdict  # emulated
     assert "verdict: PASS" in verdict
     rows = json.loads(next((tmp_path / "output").glob("selftest-*/selftest.json")).read_text())

@@ -114,3 +114,66 @@ def test_the_all_reduce_across_nodes_is_compared_with_the_link(tmp_path):
     assert fast.status == "pass" and "72% of InfiniBand mlx5_0's 100 Gb/s" in fast.detail
     slow = interconnect_row([{**r, "allreduce_busbw_gbs": 1.1} for r in ranks], str(tmp_path))
     assert slow.status == "fail" and "slower path" in slow.detail
+
+
+def recorded(variant: str = "float32", samples: int | None = 512, loss: float = 0.5, bias: float = 0.0) -> tuple:
+    """A rank's record of one model (selftest_train.py's shape) and its weights after each of 4 steps."""
+    import numpy as np
+
+    steps = np.array([[1.0, -0.5, 0.25, bias + 0.01 * s] for s in range(4)])
+    model = {"loss": [0.7, loss], "evaluate": [loss, 0.8], "weights": "ab", "nonfinite": None, "samples": samples,
+             "layout": [["dense/kernel", 3], ["dense/bias", 1]]}
+    return {f"{variant}/sgd": model}, {f"{variant}/sgd": steps}
+
+
+def test_a_mode_that_computes_what_one_process_computes_passes_with_its_largest_difference():
+    from entrypoint.tools.selftest_arithmetic import judge_arithmetic
+
+    models, steps = recorded()
+    half, _ = recorded(samples=256)
+    reference = {"rank": 0, "models": models}
+    ranks = [{"rank": 0, "models": half}, {"rank": 1, "models": half}]
+    row = judge_arithmetic("MWM x2", ranks, reference, steps, steps)
+    assert row.status == "pass" and "4 steps' weights" in row.detail and "difference 0.0e+00" in row.detail, row
+
+
+def test_a_mode_whose_ranks_agree_on_other_numbers_fails_naming_the_step_and_variable():
+    """The negative controls' judging: another weight at step 3 (in sync, but not one process's), a loss scaled on
+    every rank, each rank training every sample (the work not split), a NaN on rank 1."""
+    from entrypoint.tools.selftest_arithmetic import judge_arithmetic
+
+    models, steps = recorded()
+    half, _ = recorded(samples=256)
+    reference = {"rank": 0, "models": models}
+    ranks = [{"rank": 0, "models": half}, {"rank": 1, "models": half}]
+    moved = {"float32/sgd": steps["float32/sgd"].copy()}
+    moved["float32/sgd"][2:, 3] += 0.05
+    row = judge_arithmetic("MWM x2", ranks, reference, moved, steps)
+    assert row.status == "fail" and "step 3: dense/bias differs by 5.0e-02" in row.detail, row
+    scaled, _ = recorded(samples=256, loss=1.0)
+    row = judge_arithmetic("Horovod x2", [{"rank": 0, "models": scaled}, {"rank": 1, "models": scaled}], reference,
+                           steps, steps)
+    assert row.status == "fail" and "epoch 2's loss is 1 where one process computes 0.5" in row.detail, row
+    row = judge_arithmetic("MWM x2", [{"rank": 0, "models": models}, {"rank": 1, "models": models}], reference,
+                           steps, steps)
+    assert row.status == "fail" and "512+512 samples where one process trained 512" in row.detail, row
+    nan = {"float32/sgd": {**half["float32/sgd"], "nonfinite": "step 2: loss not finite"}}
+    row = judge_arithmetic("MWM x2", [ranks[0], {"rank": 1, "models": nan}], reference, steps, steps)
+    assert row.status == "fail" and row.detail == "rank 1, model float32/sgd: step 2: loss not finite", row
+    failed = {"xla/sgd": {"error": "InvalidArgumentError: no XLA kernel"}}
+    row = judge_arithmetic("MWM x2", [{"rank": 0, "models": {**half, **failed}}], reference, steps, steps)
+    assert row.status == "fail" and row.detail == "rank 0, model xla/sgd failed: InvalidArgumentError: no XLA kernel"
+    assert judge_arithmetic("MWM x2", [], reference, {}, steps).status == "skip"
+
+
+def test_the_gpu_variants_are_judged_each_against_its_own_precision():
+    """Mixed float16 against its own one-process run within 5e-2; XLA (float32) within 1e-4, as float32."""
+    from entrypoint.tools.selftest_arithmetic import judge_arithmetic
+
+    for variant, off, status in (("mixed_float16", 0.02, "pass"), ("mixed_float16", 0.08, "fail"),
+                                 ("xla", 5e-5, "pass"), ("xla", 5e-4, "fail")):
+        models, steps = recorded(variant, samples=None)
+        reference = {"rank": 0, "models": models}
+        moved = {key: value * (1 + off) for key, value in steps.items()}
+        row = judge_arithmetic("MWM x2", [{"rank": 0, "models": models}], reference, moved, steps)
+        assert row.status == status, (variant, off, row)
