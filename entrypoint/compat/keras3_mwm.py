@@ -25,7 +25,7 @@ raises, so the run is refused at start-up with one line rather than failing late
    which pass it on): metric states ("sum" aggregation) stay per worker, so `fit` logs and `evaluate` returns
    each worker's own share. Their states are summed across workers just before the results are read.
 6. Gradient clipping (`clipnorm`, `clipvalue`, `global_clipnorm`) runs in the replica's `apply`, before the
-   gradients are summed across replicas (in every Keras 3 up to 3.15 at least): each replica clips its own share,
+   gradients are summed across replicas (Keras 3.3 to 3.16's nightlies): each replica clips its own share,
    so N replicas train with other gradients than one process, and `global_clipnorm` hardly clips at all. Where
    the optimizer clips, the gradients are all-reduced just before the clip, and the optimizer's own all-reduce
    after it is skipped for those gradients: the clip acts on the global batch's gradient, as in one process.
@@ -99,9 +99,10 @@ def _apply(tf: Any, version: str) -> list[str]:
         trainer_cls._maybe_symbolic_build = _build_from_local_batch(build, multi_worker, tf)
         applied.append("symbolic build from the local batch (keras#20585)")
     optimizer_cls = getattr(importlib.import_module("keras.src.backend.tensorflow.optimizer"), "TFOptimizer", None)
+    # Keras versions that scale each replica's loss by 1/replicas want the gradients summed, the others averaged
+    scaled = hasattr(importlib.import_module("keras.src.losses.loss"), "scale_loss_for_distribution")
     update = getattr(optimizer_cls, "_distributed_tf_update_step", None)
     if update is not None and _REDUCE_IN_MERGE_CALL.search(_source(update)):
-        scaled = hasattr(importlib.import_module("keras.src.losses.loss"), "scale_loss_for_distribution")
         optimizer_cls._backend_update_step = _reduce_before_merge(optimizer_cls._backend_update_step, scaled, tf)
         applied.append(f"gradients {'summed' if scaled else 'averaged'} across replicas (keras#19969)")
     variable_cls = importlib.import_module("keras.src.backend.tensorflow").Variable  # .core's, 3.16: .ops.core's
@@ -117,7 +118,6 @@ def _apply(tf: Any, version: str) -> list[str]:
     reducer = getattr(optimizer_cls, "_all_reduce_sum_gradients", None)
     if reducer is None:
         raise _refuse(version, "its TensorFlow optimizer has no _all_reduce_sum_gradients")
-    scaled = hasattr(importlib.import_module("keras.src.losses.loss"), "scale_loss_for_distribution")
     base._clip_gradients = _clip_after_reduce(clip, scaled, tf)
     optimizer_cls._all_reduce_sum_gradients = _unless_reduced(reducer)
     applied.append("gradients clipped after the all-reduce, not per replica")
