@@ -77,7 +77,7 @@ class SignalFlag:
         self.fits_begun = 0
 
     def install(self) -> None:
-        for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
+        for sig in startup_stop.STOP_SIGNALS:
             signal.signal(sig, self._handle)
 
     def _handle(self, signum: int, frame: Any) -> None:  # noqa: ARG002

@@ -106,7 +106,7 @@ def variants() -> list[str]:
     return ["float32", "mixed_float16", "xla"] if tf.config.list_physical_devices("GPU") else ["float32"]
 
 
-def train(variant: str, name: str, optimizer, seed: int) -> tuple[dict, np.ndarray, list]:  # noqa: ANN001
+def train(variant: str, optimizer, seed: int) -> tuple[dict, np.ndarray, list]:  # noqa: ANN001
     keras.mixed_precision.set_global_policy("mixed_float16" if variant == "mixed_float16" else "float32")
     keras.utils.set_random_seed(seed)  # the same initial weights everywhere
     counting = [] if variant == "xla" else [CountSamples()]  # numpy_function has no XLA kernel
@@ -134,7 +134,7 @@ for variant in variants():
                                   ("momentum", keras.optimizers.SGD(0.05, momentum=0.9), 1)):
         key = f"{variant}/{name}"
         try:
-            models[key], final, steps = train(variant, name, optimizer, seed)
+            models[key], final, steps = train(variant, optimizer, seed)
         except Exception as exc:  # noqa: BLE001 - a GPU variant that fails is its row's finding, not the mode's end
             if variant == "float32":
                 raise
