@@ -16,7 +16,7 @@ import typer
 from . import __version__
 from .commands import DEFAULT_WORKERS, fail, launch_command, reports_errors, run_script_command
 from .errors import EXIT_ENVIRONMENT, DistrainError
-from .plan import PROXY_VARS, Plan, detect
+from .plan import Plan, detect
 
 HELP = """Run an unmodified Keras/TensorFlow train.py on one GPU, all GPUs of a node, or many nodes.
 
@@ -144,138 +144,26 @@ def plan_cmd(
         _print_plan(plan)
 
 
-SECURITY_LINE = (
-    "security: MWM's gRPC ports (TensorFlow binds them on every interface) and Horovod's Gloo/MPI ports have no "
-    "authentication: whoever reaches this node's ports can join or disrupt a run; keep workers on a private "
-    "network or behind a compute-node firewall (README: Security)"
-)
-
-
-def _container_tools() -> str:
-    """Which container tools work here (informational: inside an image neither is expected)."""
-    import shutil
-    import subprocess
-
-    parts = []
-    try:
-        from .tools.images import find_apptainer
-
-        binary = find_apptainer(os.environ)
-        version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=20).stdout.strip()
-        parts.append(f"apptainer: {version or binary}")
-    except DistrainError as exc:
-        parts.append(f"apptainer: not usable ({exc})")
-    docker = shutil.which("docker")
-    if docker:
-        info = subprocess.run([docker, "info", "--format", "{{.ServerVersion}}"], capture_output=True, text=True,
-                              timeout=20)
-        parts.append(f"docker: server {info.stdout.strip()}" if info.returncode == 0
-                     else f"docker: client only, no daemon reachable ({info.stderr.strip()[:120]})")
-    else:
-        parts.append("docker: not installed")
-    return "containers: " + "; ".join(parts)
-
-
 @app.command()
 def doctor() -> None:
-    """Show the Plan, versions (TensorFlow, Keras, Horovod, CUDA), GPUs, proxies and caches; report problems."""
-    problems: list[str] = []
+    """Show the Plan, versions (TensorFlow, Keras, Horovod, CUDA), GPUs, proxies, caches and every patch of another
+    library; report problems."""
+    from .tools import doctor as checks
+
     typer.echo(f"distrain {__version__}, Python {platform.python_version()}, {platform.node()}")
-    plan = None
+    plan, problems = None, []
     try:
         plan = detect(os.environ)
         _print_plan(plan)
     except DistrainError as exc:
         problems.append(str(exc))
     typer.echo("")
-    _doctor_host(plan, problems)
-    _doctor_tensorflow(plan, problems)
-    _doctor_horovod(plan, problems)
+    problems += checks.problems(plan)
     if problems:
         for problem in problems:
             typer.echo(f"problem: {problem}", err=True)
         raise typer.Exit(EXIT_ENVIRONMENT)
     typer.echo("no problems found")
-
-
-def _doctor_host(plan: Plan | None, problems: list[str]) -> None:
-    """Proxies, the Apptainer cache, container tools, the driver's GPUs, /dev/shm, the trust model."""
-    proxies = [v for v in PROXY_VARS if os.environ.get(v)]
-    typer.echo(f"proxies: {' '.join(proxies) if proxies else 'none set'}"
-               + (" (unset for MWM by distrain run)" if proxies else ""))
-    try:
-        from .tools.images import cache_dirs
-
-        dirs, note = cache_dirs(os.environ)
-        where = ", ".join(f"{k}={v}" for k, v in dirs.items())
-        typer.echo(f"apptainer cache: {where}" + (f" ({note})" if note else ""))
-    except DistrainError as exc:
-        problems.append(str(exc))
-    except ImportError:
-        pass
-    typer.echo(_container_tools())
-    from .plan import gpu_device_files
-    from .tools.hostcheck import driver_lines, shared_memory
-
-    visible = plan.gpus_visible if plan else ()
-    lines, warnings = driver_lines(visible, os.environ.get("CUDA_VISIBLE_DEVICES"), gpu_device_files())
-    line, warning = shared_memory(len(visible))
-    for text in [*lines, line]:
-        typer.echo(text)
-    for text in [*warnings, *([warning] if warning else [])]:
-        typer.echo(f"warning: {text}")
-    typer.echo(SECURITY_LINE)
-
-
-def _doctor_tensorflow(plan: Plan | None, problems: list[str]) -> None:
-    """TensorFlow's and Keras' versions, the CUDA it was built with against the driver, the GPUs it sees."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if plan is None or plan.keras == "legacy":
-        os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-    try:
-        import tensorflow as tf
-    except ImportError as exc:
-        problems.append(f"TensorFlow does not import: {exc}")
-        return
-    build = tf.sysconfig.get_build_info()
-    typer.echo(f"tensorflow: {tf.__version__} (CUDA build: {build.get('is_cuda_build', False)}, "
-               f"CUDA {build.get('cuda_version', '-')}, cuDNN {build.get('cudnn_version', '-')})")
-    import importlib.metadata
-
-    keras_dist = "tf-keras" if tf.keras.__name__.startswith("tf_keras") else "keras"
-    typer.echo(f"keras: {keras_dist} {importlib.metadata.version(keras_dist)}")
-    if build.get("is_cuda_build"):  # the driver must support the CUDA this TensorFlow was built with
-        from .tools.selftest import FAIL, driver_row
-
-        driver = driver_row(str(build.get("cuda_version") or ""))
-        typer.echo(f"driver: {driver.detail}")
-        if driver.status == FAIL:
-            problems.append(f"driver: {driver.detail}")
-    gpus = tf.config.list_physical_devices("GPU")
-    typer.echo(f"GPUs seen by TensorFlow: {len(gpus)} {[g.name for g in gpus] if gpus else ''}".rstrip())
-    if plan and plan.require_gpu and not gpus:
-        from .devices import NO_GPU_HINT
-
-        problems.append(NO_GPU_HINT)
-
-
-def _doctor_horovod(plan: Plan | None, problems: list[str]) -> None:
-    try:
-        import horovod
-        import horovod.tensorflow as hvd
-    except ImportError as exc:
-        typer.echo(f"horovod: not available ({exc})")
-        if plan and plan.mode == "horovod":
-            problems.append("Horovod mode but Horovod does not import")
-        return
-
-    def built(yes: object) -> str:  # hvd.*_built() answer True/False, nccl_built() a version number or 0
-        return "yes" if yes else "no"
-
-    nccl = int(hvd.nccl_built())  # NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch (NCCL >= 2.9)
-    nccl_text = f"yes, {nccl // 10000}.{nccl // 100 % 100}.{nccl % 100}" if nccl >= 20900 else built(nccl)
-    typer.echo(f"horovod: {horovod.__version__} (tensorflow: yes, mpi: {built(hvd.mpi_built())}, "
-               f"gloo: {built(hvd.gloo_built())}, nccl: {nccl_text})")
 
 
 @app.command()

@@ -104,6 +104,7 @@ def install_hooks(engine: Engine, keras: Any, tf: Any, evened: batches.EvenedInp
 
     fit.__wrapped_original__ = orig_fit
     compile.__wrapped_original__ = orig_compile
+    # patch: runner.model_hooks
     model_cls.fit, model_cls.compile, model_cls.save = fit, compile, functools.wraps(orig_save)(save)
     model_cls._distrain_hooked = True
 
@@ -208,6 +209,7 @@ def _horovod_optimizer(engine: Engine, plan: Any, optimizer: Any) -> Any:
         return keras3_horovod.wrap_optimizer(optimizer, engine.hvd)
     optimizer = engine.hvd.DistributedOptimizer(optimizer)
     adopt.loads_without_horovod(optimizer)
+    # patch: horovod.distributed_optimizer
     optimizer._distrain_wrapped = True
     return optimizer
 

@@ -94,6 +94,9 @@ def setup(plan: Plan | None = None, checked: bool = False,
     import tensorflow as tf
 
     _THIS_PROCESS.phases["tensorflow"] = time.time()
+    from .compat import registry
+
+    registry.verify(plan.keras, plan.mode)  # every patch this run makes finds what it knows, or one line here
     if plan.keras == "keras3" and plan.mode in ("mwm", "mirrored") and plan.replicas > 1:  # a strategy's replicas
         from .compat import keras3_mwm
 

@@ -45,6 +45,7 @@ def install() -> None:
     os.set_blocking(write_fd, False)
     for sig in STOP_SIGNALS:
         signal.signal(sig, _handle)
+    # patch: startup_stop.wakeup_fd
     _STOP.previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
     _STOP.active = True
     threading.Thread(target=_watch, args=(read_fd,), name="distrain-startup-stop", daemon=True).start()

@@ -92,6 +92,7 @@ def install_strategy_adoption(engine: Any, plan: Plan, tf: Any) -> None:
                        + (f"; ignored: {', '.join(ignored)}" if ignored else ""))
         return engine.strategy
 
+    # patch: adopt.strategies
     for dotted, name in _STRATEGIES:
         module = _module(tf, dotted)
         original = getattr(module, name, None)
@@ -102,6 +103,7 @@ def install_strategy_adoption(engine: Any, plan: Plan, tf: Any) -> None:
 
 def _adopt_resolvers(plan: Plan, tf: Any) -> None:
     resolvers = tf.distribute.cluster_resolver
+    # patch: adopt.resolvers
     for name in _RESOLVERS:
         original = getattr(resolvers, name, None)
         if original is None or hasattr(original, "_distrain_adopts"):
@@ -116,6 +118,7 @@ def _plan_resolver(plan: Plan, tf: Any, name: str, kwargs: dict) -> Any:
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
         tf.train.ClusterSpec(cluster), task_type="worker", task_id=plan.rank,
         num_accelerators={"GPU": len(plan.devices)}, rpc_layer="grpc")
+    # patch: adopt.resolvers
     resolver._distrain_plan = True
     if plan.is_chief:
         ignored = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
@@ -137,6 +140,7 @@ def _apply_options(strategy: Any, options: Any, plan: Plan, tf: Any) -> str:
     else:
         note = f"communication: {implementation.name}"
     extended = strategy.extended
+    # patch: adopt.communication_options
     if not hasattr(extended, "_communication_options"):
         return f"communication options not applied ({type(strategy).__name__} takes none)"
     extended._communication_options = options
@@ -157,6 +161,7 @@ def loads_without_horovod(optimizer: Any) -> None:
     """hvd.DistributedOptimizer's class is made in module horovod._keras: a model saved with it does not load
     without Horovod ("Could not locate class 'Adam'"), in whatever mode it was trained. Saved under its base
     class's module, it loads anywhere as the script's own optimizer."""
+    # patch: horovod.distributed_optimizer
     type(optimizer).__module__ = type(optimizer).__mro__[1].__module__
 
 
@@ -169,6 +174,7 @@ def local_reads(tf: Any) -> Iterator[None]:
     """Within: ON_READ (SyncOnRead) variables read their local value in cross-replica context, no collective."""
     from tensorflow.python.distribute import values
 
+    # patch: adopt.local_reads
     original = getattr(values.SyncOnReadVariable, "_get_cross_replica", None)
     if original is None:
         yield

@@ -61,6 +61,7 @@ def wrap_optimizer(optimizer: Any, hvd: Any) -> Any:
             grads[i] = value
         return original(grads, trainable_variables)
 
+    # patch: keras3_horovod.optimizer_apply
     optimizer.apply = apply
     optimizer._distrain_wrapped = True
     return optimizer
@@ -128,6 +129,7 @@ def adopt_tensorflow_api(hvd: Any, keras: Any) -> bool:
     def distributed_gradient_tape(gradtape: Any, *args: Any, **kwargs: Any) -> Any:
         return TapeOverTFVariables(make_tape(gradtape, *args, **kwargs))
 
+    # patch: keras3_horovod.tf_variables
     hvd.broadcast_variables, hvd.DistributedGradientTape = broadcast_variables, distributed_gradient_tape
     hvd._distrain_keras3_variables = True
     return True

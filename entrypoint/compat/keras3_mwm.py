@@ -82,10 +82,12 @@ def apply(tf: Any) -> list[str]:
 
 
 def _apply(tf: Any, version: str) -> list[str]:
+    # patch: keras3_trainer.class
     trainer = importlib.import_module(keras3_trainer.TRAINER_MODULE)
     trainer_cls = keras3_trainer.trainer_class()
     seeds = importlib.import_module("keras.src.random.seed_generator")
     reduce_fn = getattr(trainer, "reduce_per_replica", None)
+    # patch: keras3_mwm.scalar_reduce
     multi_worker = getattr(trainer, "_collective_all_reduce_multi_worker", None)
     if reduce_fn is None or multi_worker is None or list(inspect.signature(reduce_fn).parameters)[:3] != [
             "values", "strategy", "reduction"]:
@@ -94,6 +96,7 @@ def _apply(tf: Any, version: str) -> list[str]:
     if _MEAN_AXIS_0.search(_source(reduce_fn)):
         trainer.reduce_per_replica = _scalar_safe_reduce(reduce_fn, multi_worker, tf)
         applied.append("reduce_per_replica axis=None for scalars (tf#72388)")
+    # patch: keras3_mwm.symbolic_build
     build = getattr(trainer_cls, "_maybe_symbolic_build", None)
     if build is not None and _REDUCE_INPUT_BATCH.search(_source(build)):
         trainer_cls._maybe_symbolic_build = _build_from_local_batch(build, multi_worker, tf)
@@ -101,16 +104,19 @@ def _apply(tf: Any, version: str) -> list[str]:
     optimizer_cls = getattr(importlib.import_module("keras.src.backend.tensorflow.optimizer"), "TFOptimizer", None)
     # Keras versions that scale each replica's loss by 1/replicas want the gradients summed, the others averaged
     scaled = hasattr(importlib.import_module("keras.src.losses.loss"), "scale_loss_for_distribution")
+    # patch: keras3_mwm.reduce_before_merge
     update = getattr(optimizer_cls, "_distributed_tf_update_step", None)
     if update is not None and _REDUCE_IN_MERGE_CALL.search(_source(update)):
         optimizer_cls._backend_update_step = _reduce_before_merge(optimizer_cls._backend_update_step, scaled, tf)
         applied.append(f"gradients {'summed' if scaled else 'averaged'} across replicas (keras#19969)")
+    # patch: keras3_mwm.metric_states
     variable_cls = importlib.import_module("keras.src.backend.tensorflow").Variable  # .core's, 3.16: .ops.core's
     results = getattr(trainer_cls, "_get_metrics_result_or_logs", None)
     if "aggregation" not in _source(variable_cls._initialize) and results is not None:
         trainer_cls._get_metrics_result_or_logs = _sum_metric_states(results, multi_worker, tf)
         applied.append("metric states summed across workers (variables created without aggregation)")
     base = importlib.import_module("keras.src.optimizers.base_optimizer").BaseOptimizer
+    # patch: keras3_mwm.clip_after_reduce
     clip = getattr(base, "_clip_gradients", None)
     if clip is None or not _CLIPS_BEFORE_REDUCE.search(_source(base.apply) + _source(
             getattr(base, "_backend_apply_gradients", None))):
@@ -121,10 +127,12 @@ def _apply(tf: Any, version: str) -> list[str]:
     base._clip_gradients = _clip_after_reduce(clip, scaled, tf)
     optimizer_cls._all_reduce_sum_gradients = _unless_reduced(reducer)
     applied.append("gradients clipped after the all-reduce, not per replica")
+    # patch: keras3_mwm.mean_no_nan
     losses = importlib.import_module("keras.src.losses.loss")
     if hasattr(losses, "reduce_values") and "divide_no_nan" not in _source(losses.reduce_values):
         losses.reduce_values = _mean_no_nan(losses.reduce_values)
         applied.append("empty-batch losses are 0, not NaN (tf#36224)")
+    # patch: keras3_mwm.int64_seeds
     if _UINT32_STATE.search(_source(seeds.SeedGenerator.__init__)):
         seeds.SeedGenerator.__init__ = _int64_seed_state(seeds.SeedGenerator.__init__)
         applied.append("int64 SeedGenerator state (keras#19928)")

@@ -13,6 +13,7 @@ CLASS_NAMES = ("TensorFlowTrainer", "Trainer")
 
 def trainer_class() -> Any:
     """The class, or AttributeError (ImportError where the module moved) naming what was looked for."""
+    # patch: keras3_trainer.class
     module = importlib.import_module(TRAINER_MODULE)
     for name in CLASS_NAMES:
         found = getattr(module, name, None)

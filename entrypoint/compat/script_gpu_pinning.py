@@ -82,6 +82,7 @@ def install(tf: Any, local_rank: int) -> None:
                                 f"started (distrain set {not enable}): keeping distrain's")
             return None
 
+    # patch: script_gpu_pinning.device_calls
     list_physical_devices._distrain_task_gpus = True
     for namespace in (config, experimental):
         for name, replacement in (("list_physical_devices", list_physical_devices),

@@ -30,6 +30,7 @@ class _KerasAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 def alias_keras_to_tf_keras() -> None:
     """Install the alias (idempotent). Raises ImportError when tf_keras is missing."""
+    # patch: tf_keras_alias.keras_is_tf_keras
     importlib.import_module("tf_keras")
     if any(isinstance(f, _KerasAlias) for f in sys.meta_path):
         return

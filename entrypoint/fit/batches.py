@@ -195,6 +195,7 @@ def beneath_trailing_prefetch(dataset: Any, transform: Callable[[Any], Any]) -> 
     (benchmarks/workers/perstep_parts.py: rank slices 0.95 of plain tf.data on top, 0.99 beneath, as the plain
     pipeline against itself). Options set last
     (`with_options`, as TensorFlow's multi-worker tutorial does after `prefetch`) stay on top."""
+    # patch: tfdata.pipeline_stages
     if type(dataset).__name__ == "_OptionsDataset" and hasattr(dataset, "_input_dataset"):
         inner = beneath_trailing_prefetch(dataset._input_dataset, transform)
         return dataset if inner is dataset._input_dataset else inner.with_options(dataset.options())
@@ -282,6 +283,7 @@ _ONE_TO_ONE = ("_MapDataset", "_ParallelMapDataset", "_PrefetchDataset", "CacheD
 def batch_layout(dataset: Any) -> tuple[int, int, bool] | None:
     """(samples, batch size, drop_remainder) of the batch stage under `dataset`, read from its graph, or None
     where one pass's batches cannot be known before iterating."""
+    # patch: tfdata.pipeline_stages
     stage = dataset
     while type(stage).__name__ in _ONE_TO_ONE and hasattr(stage, "_input_dataset"):
         stage = stage._input_dataset
@@ -352,6 +354,7 @@ def is_sharded(dataset: Any) -> bool:
 def pipeline_stages(dataset: Any) -> Iterator[Any]:
     """`dataset` and every dataset it is built on (through TensorFlow's private `_inputs`), each once; a stage
     whose inputs cannot be walked ends its branch."""
+    # patch: tfdata.pipeline_stages
     seen, todo = set(), [dataset]
     while todo:
         current = todo.pop()

@@ -60,6 +60,7 @@ def write(checkpoint_prefix: str, callbacks: list) -> None:
 
 def restore(checkpoint_prefix: str, callbacks: list) -> int:
     """Give the callbacks the counters kept with this checkpoint (matched by class, in order); how many."""
+    # patch: callback_state.restore
     try:
         with open(checkpoint_prefix + SUFFIX) as handle:
             saved = json.load(handle)["callbacks"]
@@ -82,6 +83,7 @@ def _set_up_now(callback: Any) -> None:
     """Keras 3's EarlyStopping picks its comparison at its first epoch end (`_set_monitor_op`, once the model's
     metrics are built), and sets `best` to +-inf there: a `best` given back before would be lost. Set up now,
     where it can be (a loss or a mode says the direction); where it cannot, the first epoch end does as before."""
+    # patch: callback_state.restore
     if getattr(callback, "monitor_op", True) is None and hasattr(callback, "_set_monitor_op"):
         with contextlib.suppress(ValueError, AttributeError, TypeError):
             callback._set_monitor_op()

@@ -177,6 +177,7 @@ class TfKerasBackup:
     def on_train_begin(self, logs: Any = None) -> None:
         self._batch_begun: int | None = None
         self._restore_guarded(super().on_train_begin)
+        # patch: checkpoint.tf_keras_backup
         state = self._training_state
         if not self.plan.is_chief:
             state.delete_backup = lambda: None  # the chief's directory (Horovod: the one all ranks share)
@@ -216,6 +217,7 @@ class TfKerasBackup:
             self._holding = False
 
     def _backup(self, epoch: int, batch: int = 0) -> None:
+        # patch: checkpoint.tf_keras_backup
         if self._holding:  # tf_keras' step count says a checkpoint is due at the epoch's last step: see ends_epoch
             self._held = (epoch, batch)
             return

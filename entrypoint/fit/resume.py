@@ -272,6 +272,7 @@ def _why_not_positionable(arguments: dict, keras_family: str) -> str | None:
 def nondeterministic_order(dataset: Any) -> str | None:
     """Where the pipeline lets its parallel stages give elements in the order they finish: another order in every
     process, so no resumed process can know the interrupted epoch's."""
+    # patch: tfdata.pipeline_stages
     if dataset.options().deterministic is False:
         return "tf.data.Options.deterministic is False"
     for stage in batches.pipeline_stages(dataset):
@@ -283,6 +284,7 @@ def nondeterministic_order(dataset: Any) -> str | None:
 def unseeded_shuffle(dataset: Any) -> bool:
     """Whether the pipeline has a shuffle with neither its own seed nor a global one: its orders are new in every
     process, so no resumed process can know the interrupted epoch's."""
+    # patch: tfdata.pipeline_stages
     for stage in batches.pipeline_stages(dataset):
         if type(stage).__name__ == "_ShuffleDataset":
             with contextlib.suppress(AttributeError, TypeError, ValueError):
@@ -313,6 +315,7 @@ def _tf_keras_starting_at(model: Any, position: Position) -> Iterator[None]:
     """tf_keras' fit asks the model where to start (`Model._maybe_load_initial_counters_from_ckpt`, its
     BackupAndRestore's counters): for this model, during this fit, the answer is the position. Patched on the
     class that defines the method and restored after the fit, never set on the user's model."""
+    # patch: resume.tf_keras_counters
     owner = next(cls for cls in type(model).__mro__ if _TF_KERAS_COUNTERS in vars(cls))
     original = vars(owner)[_TF_KERAS_COUNTERS]
 
@@ -349,6 +352,7 @@ def _keras3_building_as_plain_keras(script_dataset: Any) -> Iterator[None]:
     the next order too, so the epochs after it trained other orders than the run never stopped (measured on
     Keras 3.15.1 under MWM: the resumed epoch trained the next epoch's order). So the build reads its batch from
     the script's own dataset, as plain Keras does. Keras 3.3 has no such build: nothing to do."""
+    # patch: resume.keras3_build
     TensorFlowTrainer = keras3_trainer.trainer_class()  # noqa: N806 - the class, under Keras' own name
 
     build = getattr(TensorFlowTrainer, "_maybe_symbolic_build", None)
@@ -357,6 +361,7 @@ def _keras3_building_as_plain_keras(script_dataset: Any) -> Iterator[None]:
         return
 
     def from_the_scripts_dataset(self: Any, iterator: Any = None, data_batch: Any = None) -> Any:
+        # patch: resume.keras3_build
         if iterator is not None:
             iterator = _ScriptsOwnBatch(getattr(iterator, "_distribute_strategy", None), script_dataset)
         return build(self, iterator=iterator, data_batch=data_batch)
@@ -387,6 +392,7 @@ def _keras3_skipping(steps: int) -> Iterator[None]:
     """Keras 3's fit reads a batch only when it runs a step: the first epoch's first `steps` (step, ...,
     iterator) tuples are passed over, so no batch is read for them and the callbacks see the true step
     numbers."""
+    # patch: resume.keras3_skipping
     if not steps:
         yield
         return

@@ -33,6 +33,7 @@ def skip_batches(dataset: Any, count: int) -> tuple[Any, str | None]:
 def skipper(dataset: Any) -> tuple[Callable[[Any], Any], str | None]:
     """A function from a count (an int, or a scalar int64 tensor inside a dataset function) to `dataset` without
     its first `count` elements, and why it makes them (see skip_batches)."""
+    # patch: tfdata.pipeline_stages
     rebuilds: list[Callable[[Any], Any]] = []
     stage, factor, why = dataset, 1, None
     while type(stage).__name__ in ONE_TO_ONE:
@@ -59,6 +60,7 @@ def skipper(dataset: Any) -> tuple[Callable[[Any], Any], str | None]:
 def _one_to_one(stage: Any) -> tuple[Callable[[Any], Any], int] | str:
     """How to build `stage` again on another input and how many input elements one of its outputs takes; or why
     the skip cannot pass beneath it."""
+    # patch: tfdata.pipeline_stages
     import tensorflow as tf
 
     kind = type(stage).__name__

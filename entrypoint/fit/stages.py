@@ -101,6 +101,7 @@ def restore(stage_dir: str, record: dict, model: Any, keras: Any, rank: int) -> 
         for name, variable in _global_generators().items():
             if name in state:
                 variable.assign(state[name])
+    # patch: stages.history
     history = keras.callbacks.History()
     history.set_model(model)
     history.history, history.epoch, history.params = record["history"], record["epoch"], record["params"]

@@ -64,6 +64,7 @@ def stuck_in_user_code(skip: set[int]) -> str | None:
     in TensorFlow has the script's `model.fit(...)` line at its bottom, which is where it called in, not where it
     is stuck; a tf.data thread running the script's `numpy_function` has the script's code innermost.
     """
+    # patch: stalls.stack_dump
     for ident, frame in sys._current_frames().items():
         if ident in skip:
             continue

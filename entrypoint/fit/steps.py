@@ -72,6 +72,7 @@ def make_callback(keras: Any, step_ends: StepEnds) -> Any:
 def steps_per_call(model: Any) -> int:
     """How many batches one train-function call runs: compile's steps_per_execution (a tf.Variable on tf_keras,
     an int on Keras 3)."""
+    # patch: steps.train_function
     value = getattr(model, "_steps_per_execution", None)
     if value is None:
         value = getattr(model, "steps_per_execution", 1)
@@ -83,10 +84,12 @@ def observed(model: Any, step_ends: StepEnds) -> Iterator[None]:
     """For the length of one fit: the train function fit makes (both Keras families call `make_train_function`
     and then use `model.train_function`) calls `step_ends` after each call. Afterwards the model has its own
     train function back, so `train_on_batch` and a later fit see no trace of this one."""
+    # patch: steps.train_function
     make_original = model.make_train_function  # the class's, a subclass's override, or the instance's own
     own = vars(model).get("make_train_function")
 
     def make_train_function(*args: Any, **kwargs: Any) -> Any:
+        # patch: steps.train_function
         make_original(*args, **kwargs)  # sets model.train_function (Keras 3.3 returns nothing)
         function = getattr(model.train_function, "_distrain_unobserved", model.train_function)
         step_ends.steps_per_call = steps_per_call(model)

@@ -268,6 +268,7 @@ def sum_over_ranks(plan: Plan, tf: Any, engine: Any) -> Any:
     launcher = _one_device_launcher(engine.strategy)
     if launcher is not None:
         # the options the public way would merge in: the strategy's, which adopting a script's own may have replaced
+        # patch: stopping.strategy_launchers
         options = getattr(engine.strategy.extended, "_communication_options", None)
 
         def eager_sum(values: list[float]) -> list[float]:
@@ -311,6 +312,7 @@ def _one_device_launcher(strategy: Any) -> Any:
     with the strategy's own collectives and every rank draws the same one. A private layout of TensorFlow's
     (tensorflow/python/distribute/cross_device_ops.py, the same on 2.17 and 2.21): where it differs, or a worker
     has several devices (one launcher each), None, and the check takes the public way."""
+    # patch: stopping.strategy_launchers
     cross_device_ops = getattr(getattr(strategy, "extended", None), "_cross_device_ops", None)
     launchers = getattr(cross_device_ops, "_launchers", None)
     if isinstance(launchers, list) and len(launchers) == 1 and callable(getattr(launchers[0], "all_reduce", None)):

@@ -184,9 +184,11 @@ def average_moving_statistics_in_custom_loops(hvd: Any, tf: Any) -> bool:
                     variable.assign(value)
             return grads
 
+        # patch: sync.loop_statistics
         tape.gradient = gradient_and_statistics
         return tape
 
+    # patch: sync.loop_statistics
     hvd.broadcast_variables, hvd.DistributedGradientTape = broadcast_variables, distributed_gradient_tape
     hvd._distrain_loop_statistics = True
     return True

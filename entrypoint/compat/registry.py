@@ -1,0 +1,289 @@
+"""Every replacement, wrapper and private read of another library's function, method, attribute or module layout
+that distrain makes, declared in one place: what, for how long, why, the versions proven, and where.
+
+Upstream internals move every release. Each entry names its targets as `module:qualified.name`, optionally with
+the leading parameters the replacement relies on (`reduce_per_replica(values,strategy,reduction)`); `a|b` are
+alternatives (one Keras names it a, another b); a trailing `?` marks a target some proven versions lack (the fix
+then does nothing). `verify` checks the entries a run will use, once the libraries are imported and before the
+script runs: a target that is not the one distrain knows refuses the run with one line naming the library and its
+version, never a wrong result later. `distrain doctor` shows every entry's state (`report`).
+
+The code that patches carries `# patch: <name>` in the function that does it; tests/unit/test_patch_registry.py
+fails on a replacement or private read with no such marker, and on a marker or entry without the other.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import inspect
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import EnvironmentProblem
+
+ALL_MODES = frozenset({"single", "mirrored", "mwm", "horovod"})
+STRATEGY_MODES = frozenset({"mirrored", "mwm"})
+
+# the versions every entry was proven with (CI: the first two lines; 2.22.0rc0 with keras-nightly: by hand, #68)
+PROVEN = {
+    "tensorflow": "2.17.1, 2.21.0, 2.22.0rc0",
+    "keras": "3.3.2, 3.15.1, 3.16.0.dev (keras-nightly)",
+    "tf_keras": "2.17.0, 2.21.0",
+    "horovod": "0.28.1",
+    "python": "3.10 to 3.12",
+}
+_NAMES = {"tensorflow": "TensorFlow", "keras": "Keras", "tf_keras": "tf_keras", "horovod": "Horovod",
+          "python": "Python"}
+_DISTRIBUTIONS = {"tensorflow": ("tensorflow-cpu", "tensorflow", "tf-nightly"), "keras": ("keras", "keras-nightly"),
+                  "tf_keras": ("tf-keras", "tf_keras"), "horovod": ("horovod",)}
+
+
+@dataclass(frozen=True)
+class Patch:
+    name: str  # the `# patch: <name>` marker where it is made
+    what: str
+    kind: str  # replaces | wraps | reads
+    lifetime: str  # process | fit (restored after each fit) | call (a with-block) | instance (one object)
+    why: str  # the upstream issue, or the promise it serves
+    targets: tuple[str, ...]
+    library: str  # whose version a refusal names: tensorflow | keras | tf_keras | horovod | python
+    families: frozenset = frozenset({"keras3", "legacy"})
+    modes: frozenset = ALL_MODES
+
+    def applies(self, family: str, mode: str) -> bool:
+        return family in self.families and mode in self.modes
+
+
+def _p(name: str, what: str, kind: str, lifetime: str, why: str, targets: tuple[str, ...], library: str,
+       families: tuple[str, ...] = ("keras3", "legacy"), modes: frozenset = ALL_MODES) -> Patch:
+    return Patch(name, what, kind, lifetime, why, targets, library, frozenset(families), modes)
+
+
+_TRAINER = "keras.src.backend.tensorflow.trainer"
+_TF_OPT = "keras.src.backend.tensorflow.optimizer:TFOptimizer"
+_BASE_OPT = "keras.src.optimizers.base_optimizer:BaseOptimizer"
+_K3 = ("keras3",)
+_LEGACY = ("legacy",)
+
+PATCHES: tuple[Patch, ...] = (
+    # Keras 3 under a strategy with several replicas (compat/keras3_mwm.py: each fix checks its defect's source)
+    _p("keras3_mwm.scalar_reduce", "reduce_per_replica reduces scalars with axis=None", "replaces", "process",
+       "tensorflow/tensorflow#72388, keras-team/keras#20585",
+       (f"{_TRAINER}:reduce_per_replica(values,strategy,reduction)", f"{_TRAINER}:_collective_all_reduce_multi_worker"),
+       "keras", _K3, STRATEGY_MODES),
+    _p("keras3_mwm.symbolic_build", "the symbolic build reads the first local replica's batch", "wraps", "process",
+       "keras-team/keras#20585",
+       (f"{_TRAINER}:TensorFlowTrainer._maybe_symbolic_build(self,iterator,data_batch)"
+        f"|{_TRAINER}:Trainer._maybe_symbolic_build(self,iterator,data_batch)?",), "keras", _K3, STRATEGY_MODES),
+    _p("keras3_mwm.reduce_before_merge", "gradients all-reduced in replica context, before the merge call",
+       "wraps", "process", "keras-team/keras#19969",
+       (f"{_TF_OPT}._backend_update_step(self,grads,trainable_variables,learning_rate)",
+        f"{_TF_OPT}._distributed_tf_update_step"), "keras", _K3, STRATEGY_MODES),
+    _p("keras3_mwm.metric_states", "metric states summed across workers before the results are read", "wraps",
+       "process", "variables created without their aggregation (Keras 3.3)",
+       (f"{_TRAINER}:TensorFlowTrainer._get_metrics_result_or_logs(self,logs)"
+        f"|{_TRAINER}:Trainer._get_metrics_result_or_logs(self,logs)",
+        "keras.src.backend.tensorflow:Variable._initialize"),
+       "keras", _K3, STRATEGY_MODES),
+    _p("keras3_mwm.clip_after_reduce", "gradients clipped after the all-reduce; the optimizer's own skips them",
+       "wraps", "process", "#67: each replica clipped its own share (Keras 3.3 to 3.16)",
+       (f"{_BASE_OPT}._clip_gradients(self,grads)", f"{_TF_OPT}._all_reduce_sum_gradients(self,grads_and_vars)"),
+       "keras", _K3, STRATEGY_MODES),
+    _p("keras3_mwm.mean_no_nan", "an empty replica batch's loss is 0, not NaN", "wraps", "process",
+       "tensorflow/tensorflow#36224", ("keras.src.losses.loss:reduce_values(values)?",), "keras", _K3, STRATEGY_MODES),
+    _p("keras3_mwm.int64_seeds", "SeedGenerator's state created as int64", "wraps", "process",
+       "keras-team/keras#19928 (uint32 cannot be broadcast)",
+       ("keras.src.random.seed_generator:SeedGenerator.__init__(self,seed,name)",), "keras", _K3, STRATEGY_MODES),
+    _p("keras3_trainer.class", "Keras 3's TensorFlow trainer class, under either name", "reads", "process",
+       "TensorFlowTrainer up to 3.15, Trainer in 3.16", (f"{_TRAINER}:TensorFlowTrainer|{_TRAINER}:Trainer",),
+       "keras", _K3),
+    # Horovod
+    _p("keras3_horovod.optimizer_apply", "the optimizer's apply averages the gradients over the ranks", "wraps",
+       "instance", "horovod/horovod#4290 (Horovod's Keras API does not take Keras 3)",
+       (f"{_BASE_OPT}.apply(self,grads,trainable_variables)",), "keras", _K3, frozenset({"horovod"})),
+    _p("keras3_horovod.tf_variables", "hvd.broadcast_variables and DistributedGradientTape take Keras 3 variables",
+       "wraps", "process", "horovod/horovod#4290",
+       ("horovod.tensorflow:broadcast_variables(variables,root_rank)", "horovod.tensorflow:DistributedGradientTape"),
+       "horovod", _K3, frozenset({"horovod"})),
+    _p("sync.loop_statistics", "a custom loop's DistributedGradientTape also averages BatchNorm statistics",
+       "wraps", "process", "a Horovod custom loop leaves each rank its own moving statistics (rank 0 saves its own)",
+       ("horovod.tensorflow:broadcast_variables(variables,root_rank)", "horovod.tensorflow:DistributedGradientTape"),
+       "horovod", modes=frozenset({"horovod"})),
+    _p("horovod.distributed_optimizer", "the optimizer wrapped once in hvd.DistributedOptimizer, its class saved "
+       "under its base class's module", "replaces", "instance", "a model saved with Horovod's class loads only "
+       "with Horovod",
+       ("tf_keras.src.optimizers:Optimizer", "horovod.tensorflow.keras:DistributedOptimizer(optimizer)"),
+       "horovod", _LEGACY, frozenset({"horovod"})),
+    # every fit
+    _p("runner.model_hooks", "Model.fit, compile and save, where the concerns of a distributed fit meet", "wraps",
+       "process", "distrain's own: the script runs unchanged",
+       ("keras:Model.fit(self,x,y,batch_size,epochs)", "keras:Model.compile", "keras:Model.save(self,filepath)"),
+       "keras"),
+    _p("steps.train_function", "the fit's train function calls the step observers after each call; the "
+       "model's steps_per_execution read", "wraps", "fit", "one training position for checkpoint, stop and stall",
+       ("keras:Model.make_train_function(self)",), "keras"),
+    _p("stages.history", "a finished fit's History given back on resume", "replaces", "instance",
+       "a resumed script reads the History its skipped fit returned", ("keras.callbacks:History",), "keras"),
+    _p("callback_state.restore", "the script's callbacks' counters (wait, best, ...) given back on resume",
+       "replaces", "instance", "EarlyStopping and ReduceLROnPlateau decide as in the run never stopped",
+       ("keras.callbacks:EarlyStopping", "keras.src.callbacks.early_stopping:EarlyStopping._set_monitor_op?"),
+       "keras"),
+    _p("resume.keras3_skipping", "the first epoch's epoch iterator passes over the steps already trained", "wraps",
+       "fit", "exact resume mid-epoch",
+       (f"{_TRAINER}:TFEpochIterator._enumerate_iterator(self)|{_TRAINER}:TFEpochIterator.enumerate_epoch(self)",
+        f"{_TRAINER}:TensorFlowTrainer._maybe_symbolic_build|{_TRAINER}:Trainer._maybe_symbolic_build?"), "keras", _K3),
+    _p("resume.keras3_build", "Keras 3's symbolic build reads the script's own dataset", "wraps", "fit",
+       "exact resume: plain Keras draws that batch from the script's dataset",
+       (f"{_TRAINER}:TensorFlowTrainer._maybe_symbolic_build(self,iterator,data_batch)"
+        f"|{_TRAINER}:Trainer._maybe_symbolic_build(self,iterator,data_batch)?",), "keras", _K3),
+    _p("resume.tf_keras_counters", "tf_keras' fit starts at the resumed epoch and step", "replaces", "fit",
+       "exact resume mid-epoch",
+       ("tf_keras.src.engine.training:Model._maybe_load_initial_counters_from_ckpt(self,steps_per_epoch)",),
+       "tf_keras", _LEGACY),
+    _p("checkpoint.tf_keras_backup", "tf_keras' BackupAndRestore: one writer, two checkpoints kept, the step kept",
+       "reads", "instance", "MWM: every worker wrote a copy; a corrupt newest checkpoint falls back",
+       ("tf_keras.src.callbacks:BackupAndRestore._backup(self,epoch,batch)",
+        "tf_keras.src.distribute.worker_training_state:WorkerTrainingState.delete_backup"), "tf_keras", _LEGACY),
+    _p("tf_keras_alias.keras_is_tf_keras", "`import keras` gives the loaded tf_keras modules", "replaces",
+       "process", "a tf_keras script stays on tf_keras (TF_USE_LEGACY_KERAS redirects only tf.keras)",
+       ("tf_keras:Model",), "tf_keras", _LEGACY),
+    # TensorFlow
+    _p("adopt.strategies", "the script's own strategy classes answer with distrain's strategy", "replaces",
+       "process", "a script written for MWM or MirroredStrategy runs as under plain python",
+       ("tensorflow:distribute.MultiWorkerMirroredStrategy", "tensorflow:distribute.MirroredStrategy"), "tensorflow"),
+    _p("adopt.resolvers", "the script's cluster resolvers answer with the Plan's cluster", "replaces", "process",
+       "SlurmClusterResolver sorts hosts as strings and shares ports between nodes",
+       ("tensorflow:distribute.cluster_resolver.SlurmClusterResolver",
+        "tensorflow:distribute.cluster_resolver.TFConfigClusterResolver",
+        "tensorflow:distribute.cluster_resolver.SimpleClusterResolver"), "tensorflow"),
+    _p("adopt.communication_options", "the script's CommunicationOptions set on distrain's strategy", "replaces",
+       "instance", "the script's NCCL or RING choice honoured",
+       ("tensorflow.python.distribute.collective_all_reduce_strategy:CollectiveAllReduceExtended",), "tensorflow",
+       modes=STRATEGY_MODES),
+    _p("adopt.local_reads", "ON_READ variables read locally in cross-replica context", "replaces", "call",
+       "one writer: the chief saves without a collective the other workers do not join",
+       ("tensorflow.python.distribute.values:SyncOnReadVariable._get_cross_replica(self)",
+        "tensorflow.python.distribute.values:SyncOnReadVariable._get_on_device_or_primary(self)",
+        "tensorflow.python.ops.resource_variable_ops:ResourceVariable"), "tensorflow"),
+    _p("script_gpu_pinning.device_calls", "tf.config's device calls see the task's GPUs only", "replaces",
+       "process", "a script's own device configuration runs as under plain python",
+       ("tensorflow:config.list_physical_devices", "tensorflow:config.set_visible_devices",
+        "tensorflow:config.experimental.set_memory_growth"), "tensorflow"),
+    _p("stopping.strategy_launchers", "the strategy's own all-reduce launcher and options for the stop check",
+       "reads",
+       "process", "a stop agreed without a traced function (falls back to the public way)",
+       ("tensorflow.python.distribute.cross_device_ops:CollectiveAllReduce",), "tensorflow", modes=STRATEGY_MODES),
+    _p("tfdata.pipeline_stages", "tf.data stages' inputs, batch sizes, buffers, seeds and map functions", "reads",
+       "call", "input split, evened and positioned without reading it (any surprise: the public way)",
+       ("tensorflow.python.data.ops.prefetch_op:_PrefetchDataset(input_dataset,buffer_size)",
+        "tensorflow.python.data.ops.batch_op:_BatchDataset(input_dataset,batch_size,drop_remainder)",
+        "tensorflow.python.data.ops.shuffle_op:_ShuffleDataset(input_dataset,buffer_size,seed)",
+        "tensorflow.python.data.ops.map_op:_MapDataset(input_dataset,map_func)"), "tensorflow"),
+    # Python
+    _p("startup_stop.wakeup_fd", "signal.set_wakeup_fd while distrain starts", "replaces", "call",
+       "#67: a stop while TensorFlow imports is not lost", ("signal:set_wakeup_fd",), "python"),
+    _p("stalls.stack_dump", "every thread's frame for a stuck rank's report", "reads", "call",
+       "a stuck rank is named with where it is stuck", ("sys:_current_frames",), "python"),
+)
+
+BY_NAME = {p.name: p for p in PATCHES}
+
+
+def _resolve(spec: str, family: str) -> tuple[Any, list[str]]:
+    """The object a `module:qualified.name(params)` spec names, and the params it should start with."""
+    path, _, params = spec.partition("(")
+    module_name, _, qualname = path.partition(":")
+    if family == "legacy" and (module_name == "keras" or module_name.startswith("keras.")):
+        module_name = "tf_keras" + module_name[len("keras"):]
+    found: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    return found, [p for p in params.rstrip(")").split(",") if p]
+
+
+def _check_one(spec: str, family: str) -> str | None:
+    """None if the target is there and takes the parameters named; else what is wrong."""
+    optional = spec.endswith("?")
+    problems = []
+    for alternative in spec.rstrip("?").split("|"):
+        try:
+            found, params = _resolve(alternative, family)
+        except (ImportError, AttributeError) as exc:
+            problems.append(f"{alternative.split('(')[0]}: {exc}")
+            continue
+        if params:
+            try:
+                actual = list(inspect.signature(found).parameters)
+            except (TypeError, ValueError):
+                actual = []
+            if actual[:len(params)] != params:
+                problems.append(f"{alternative.split('(')[0]} takes ({', '.join(actual)}), not ({', '.join(params)})")
+                continue
+        return None
+    return None if optional and all(": " in p for p in problems) else "; ".join(problems)
+
+
+def library_version(library: str) -> str:
+    """The version of the module this process imported (a copy on PYTHONPATH may not be the installed
+    distribution), else the installed distribution's, under any of its names (keras, keras-nightly)."""
+    if library == "python":
+        import platform
+
+        return platform.python_version()
+    module = sys.modules.get(library)
+    if getattr(module, "__version__", None):
+        return str(module.__version__)
+    for distribution in _DISTRIBUTIONS.get(library, (library,)):
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return str(getattr(importlib.import_module(library), "__version__", "?"))
+
+
+def installed(library: str) -> bool:
+    return library == "python" or importlib.util.find_spec(library) is not None
+
+
+def check(patch: Patch, family: str) -> str | None:
+    """None where every target of `patch` is the one distrain knows (under `family`'s Keras); else why not."""
+    problems = [problem for spec in patch.targets if (problem := _check_one(spec, family))]
+    return "; ".join(problems) or None
+
+
+def verify(family: str, mode: str) -> int:
+    """Check the entries a run in `mode` on `family` uses; raise EnvironmentProblem (one line) at the first that
+    moved. Returns how many were checked."""
+    used = [p for p in PATCHES if p.applies(family, mode)]
+    for patch in used:
+        if (problem := check(patch, family)) is not None:
+            raise refusal(patch, problem)
+    return len(used)
+
+
+def refusal(patch: Patch, problem: str) -> EnvironmentProblem:
+    name = _NAMES[patch.library]
+    instead = "use DISTRAIN_KERAS=legacy (tf_keras), or a Keras" if patch.library == "keras" else "install a version"
+    return EnvironmentProblem(
+        f"{name} {library_version(patch.library)}: {problem}: distrain's {patch.name} ({patch.what}) cannot work "
+        f"with it: {instead} distrain was proven with ({name} {PROVEN[patch.library]}; `distrain doctor` lists "
+        "every patch)")
+
+
+def report() -> list[str]:
+    """One line per entry and Keras family installed here: ok, MOVED (and what), or not installed."""
+    families = [f for f, module in (("keras3", "keras"), ("legacy", "tf_keras")) if installed(module)]
+    lines = []
+    for patch in PATCHES:
+        modes = "all modes" if patch.modes == ALL_MODES else "/".join(sorted(patch.modes))
+        for family in sorted(patch.families & set(families)) or sorted(patch.families):
+            library = "tf_keras" if family == "legacy" and patch.library == "keras" else patch.library
+            if family not in families or not installed(library):
+                state = "not installed"
+            else:
+                state = "ok" if (problem := check(patch, family)) is None else f"MOVED: {problem}"
+            lines.append(f"{patch.name:34} {family:7} {patch.kind:8} {patch.lifetime:8} {modes:12} {state}")
+    return lines
