@@ -171,8 +171,8 @@ def _about_the_run(plan: Any, path: str, args: list[str]) -> dict[str, str]:
 
     resume = plan.resume_command or shlex.join(["distrain", "run", path, *args])
     about = {"resume": resume, "cwd": os.getcwd(), "started": platform.node()}
-    if os.environ.get("SLURM_JOB_ID"):
-        about["job"] = os.environ["SLURM_JOB_ID"]
+    if plan.job_id:
+        about["job"] = plan.job_id
     return about
 
 

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 
 from . import restarts
 from .errors import EXIT_PREEMPTED, EXIT_WORKER_FAILED, ConfigError
+from .plan import launch_settings
 from .ports import port_free, reserved_ports
 from .restarts import Ended
 
@@ -50,33 +51,25 @@ def _own_process_group() -> dict:
     return {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
 
 
-def kill_wait(env: dict[str, str]) -> float:
-    raw = env.get("DISTRAIN_KILL_WAIT") or "30"
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        raise ConfigError(f"DISTRAIN_KILL_WAIT={raw!r} is not a number of seconds") from None
-
-
 def launch(n: int, script: str, args: list[str], port: int | None = None, grace: float = 5.0) -> int:
     """Run N workers; return 0 if all succeeded, else the first failure's code (EXIT_WORKER_FAILED if killed).
     A fault (a worker killed, a lost peer) restarts them all from the run's last checkpoint (restarts.py)."""
     if n < 1:
         raise ConfigError(f"-n {n}: need at least one worker")
-    wait_after_signal = kill_wait(dict(os.environ))
+    settings = launch_settings(os.environ)
     run = restarts.RunOfLaunch.detect(script, args)
     resume = shlex.join(["distrain", "launch", "-n", str(n), os.path.abspath(script) if script != "bench" else script,
                          *args])
-    extra: dict[str, str] = {"DISTRAIN_RESUME_COMMAND": os.environ.get("DISTRAIN_RESUME_COMMAND") or resume}
+    extra: dict[str, str] = {"DISTRAIN_RESUME_COMMAND": settings.resume_command or resume}
     while True:
-        ended = _attempt(n, script, args, port, grace, wait_after_signal, extra)
+        ended = _attempt(n, script, args, port, grace, settings.kill_wait, extra)
         why = run.restart_reason(ended)
         if why is None:
             break
         sys.stderr.write(f"distrain launch: {why}\n")
         sys.stderr.flush()
         extra["DISTRAIN_RESUME"] = "1"  # a restart resumes, even a run started over with DISTRAIN_RESUME=0
-    _say_how_it_ended(ended, wait_after_signal)
+    _say_how_it_ended(ended, settings.kill_wait)
     if run.count:
         sys.stderr.write(f"distrain launch: {run.summary(ended.code)}\n")
     return ended.code

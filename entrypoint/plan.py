@@ -70,6 +70,7 @@ class Plan:
     verbose: bool = False  # DISTRAIN_VERBOSE=1: keep TensorFlow's and gRPC's C++ INFO lines
     print_plan: bool = False  # DISTRAIN_PRINT_PLAN=1 (the job scripts): the chief logs this Plan at its start
     resume_command: str | None = None  # DISTRAIN_RESUME_COMMAND: what resumes this run (a job's, a launch's)
+    job_id: str | None = None  # SLURM_JOB_ID: the job this run is part of (`distrain runs` shows it)
     env_set: tuple[tuple[str, str], ...] = ()
     env_unset: tuple[str, ...] = ()
     reasons: tuple[tuple[str, str], ...] = field(default=())
@@ -607,7 +608,19 @@ def _timers(env: Mapping[str, str]) -> dict[str, float | int]:
 def _reporting(env: Mapping[str, str]) -> dict[str, bool | str | None]:
     """What the run says about itself: TensorFlow's own INFO lines, the Plan in the log, the command that resumes."""
     return {"verbose": _flag(env, "DISTRAIN_VERBOSE"), "print_plan": _flag(env, "DISTRAIN_PRINT_PLAN"),
-            "resume_command": env.get("DISTRAIN_RESUME_COMMAND") or None}
+            "resume_command": env.get("DISTRAIN_RESUME_COMMAND") or None, "job_id": env.get("SLURM_JOB_ID") or None}
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    """What `distrain launch` itself reads (its workers each detect their own Plan)."""
+
+    kill_wait: float  # DISTRAIN_KILL_WAIT: seconds from a forwarded stop to killing the workers still running
+    resume_command: str | None  # DISTRAIN_RESUME_COMMAND: a job's, else the launch's own
+
+
+def launch_settings(env: Mapping[str, str]) -> LaunchSettings:
+    return LaunchSettings(_seconds(env, "DISTRAIN_KILL_WAIT", 30.0), env.get("DISTRAIN_RESUME_COMMAND") or None)
 
 
 def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: str | None = None,

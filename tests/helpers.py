@@ -8,8 +8,11 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -74,9 +77,98 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 def run(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 300, cwd: Path = ROOT,
         **kwargs) -> subprocess.CompletedProcess:
-    """Run a command, capture stdout+stderr together as text."""
-    return subprocess.run(cmd, env=env or clean_env(), cwd=cwd, timeout=timeout, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kwargs)
+    """Run a command, capture stdout+stderr together as text; past `timeout` the test fails with its last lines."""
+    try:
+        return subprocess.run(cmd, env=env or clean_env(), cwd=cwd, timeout=timeout, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kwargs)
+    except subprocess.TimeoutExpired as exc:
+        output = exc.output.decode(errors="replace") if isinstance(exc.output, bytes) else exc.output or ""
+        raise AssertionError(f"{cmd[:3]} still running after {timeout} s; its last lines:\n{output[-3000:]}") from None
+
+
+class Watched:
+    """A started process (its own session) whose output, stdout and stderr merged, a thread reads: every wait on
+    it has a deadline even while the process prints nothing, and a deadline missed fails the test with the
+    process's last lines and ends the process group, so a hang costs one test, never the suite."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT, **kwargs) -> None:
+        self.proc = subprocess.Popen(cmd, cwd=cwd, env=env or clean_env(), stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, start_new_session=True, **kwargs)
+        self.pid, self._seen, self._read = self.proc.pid, [], 0
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read_all, daemon=True)
+        self._reader.start()
+
+    def _read_all(self) -> None:
+        for line in self.proc.stdout:
+            with self._changed:
+                self._seen.append(line)
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    @property
+    def output(self) -> str:
+        with self._changed:
+            return "".join(self._seen)
+
+    def until(self, pattern: str | Callable[[str], bool], timeout: float = 180) -> str:
+        """The output up to the first line matching the regex `pattern` (or up to where `pattern(output so far)`
+        holds); past `timeout`, or at the end of the output without it, the test fails with the last lines."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                for index in range(self._read, len(self._seen)):
+                    seen = "".join(self._seen[:index + 1])
+                    if pattern(seen) if callable(pattern) else re.search(pattern, self._seen[index]):
+                        self._read = index + 1
+                        return seen
+                self._read = len(self._seen) if not callable(pattern) else self._read
+                ended = not self._reader.is_alive()
+                if ended or time.monotonic() > deadline:
+                    break
+                self._changed.wait(min(1.0, max(0.0, deadline - time.monotonic())))
+        self._fail(f"{'ended' if ended else f'still running after {timeout} s'} without {pattern!r}")
+        raise AssertionError("unreachable")
+
+    def rest(self, timeout: float = 120) -> str:
+        """Wait for the process to end (deadline `timeout`); the output after what `until` returned."""
+        self.wait(timeout)
+        self._reader.join(timeout=10)
+        with self._changed:
+            rest, self._read = "".join(self._seen[self._read:]), len(self._seen)
+        return rest
+
+    def wait(self, timeout: float = 120) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._fail(f"still running {timeout} s after the test waited for its end")
+            raise
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.poll()
+
+    def send_signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def _fail(self, what: str) -> None:
+        tail = self.output[-3000:]
+        self.kill()
+        raise AssertionError(f"{' '.join(map(str, self.proc.args[:3]))}: {what}; its last lines:\n{tail}")
+
+    def __enter__(self) -> Watched:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.kill()
 
 
 RESULT = re.compile(r"RESULT ((?:\w+=[\w.\-]+ ?)+)")

@@ -4,12 +4,21 @@ import os
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from helpers import DISTRAIN, FULL_TIER, KERAS_FAMILIES, ROOT, assert_trained_in_sync, clean_env, keras_env, run
+from helpers import (
+    DISTRAIN,
+    FULL_TIER,
+    KERAS_FAMILIES,
+    ROOT,
+    Watched,
+    assert_trained_in_sync,
+    clean_env,
+    keras_env,
+    run,
+)
 
 # A rerun after a killed worker and after a SIGTERM go through the launcher, the same for both Keras families: one
 # family each (the other --full); each family's own checkpoint layout is read back in the corrupt-checkpoint test
@@ -17,18 +26,8 @@ from helpers import DISTRAIN, FULL_TIER, KERAS_FAMILIES, ROOT, assert_trained_in
 KILLED, SIGNALLED = (KERAS_FAMILIES, KERAS_FAMILIES) if FULL_TIER else (["keras3"], ["legacy"])
 
 
-def start_launch(env, *args):
-    return subprocess.Popen([DISTRAIN, "launch", "-n", "2", "examples/train.py", *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-
-
-def read_until(proc, text: str, timeout: float = 180) -> str:
-    seen, deadline = [], time.monotonic() + timeout
-    for line in proc.stdout:
-        seen.append(line)
-        if text in line or time.monotonic() > deadline:
-            break
-    return "".join(seen)
+def start_launch(env, *args) -> Watched:
+    return Watched([DISTRAIN, "launch", "-n", "2", "examples/train.py", *args], env)
 
 
 def first_epoch(output: str) -> int:
@@ -39,7 +38,7 @@ def first_epoch(output: str) -> int:
 def test_killed_worker_then_rerun_resumes_at_the_last_epoch(tmp_path, family):
     env = keras_env(family, DISTRAIN_CHECKPOINT_DIR=str(tmp_path / "ckpt"))
     proc = start_launch({**env, "DISTRAIN_MAX_RESTARTS": "0"}, "--epochs", "8")  # a person reruns it
-    before = read_until(proc, "Epoch 4/")
+    before = proc.until("Epoch 4/")
     worker = int(Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()[1])
     os.kill(worker, signal.SIGKILL)
     assert proc.wait(timeout=60) != 0, before
@@ -57,9 +56,9 @@ def test_sigterm_checkpoints_every_rank_and_exits_75_then_resumes(tmp_path, fami
     # other --epochs on the rerun: a named run (DISTRAIN_RUN) continues whatever its arguments
     env = keras_env(family, DISTRAIN_CHECKPOINT_DIR=str(tmp_path / "ckpt"), DISTRAIN_RUN="digits")
     proc = start_launch(env, "--epochs", "30")
-    read_until(proc, "Epoch 3/")
+    proc.until("Epoch 3/")
     proc.send_signal(signal.SIGTERM)
-    rest = proc.stdout.read()
+    rest = proc.rest()
     assert proc.wait(timeout=60) == 75, rest
     assert rest.count("stopped on SIGTERM after saving a checkpoint") == 2
     at = re.search(r"rerun to resume at (epoch (\d+), step \d+)", rest)  # a seeded tf.data shuffle: positioned
@@ -75,9 +74,8 @@ def test_sigterm_checkpoints_every_rank_and_exits_75_then_resumes(tmp_path, fami
 def test_corrupt_newest_checkpoint_falls_back_to_the_previous(tmp_path, family):
     ckpt = tmp_path / "ckpt"
     env = keras_env(family, DISTRAIN_CHECKPOINT_DIR=str(ckpt), DISTRAIN_RUN="digits")
-    proc = subprocess.Popen([DISTRAIN, "run", "examples/train.py", "--epochs", "50"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    read_until(proc, "Epoch 5/")
+    proc = Watched([DISTRAIN, "run", "examples/train.py", "--epochs", "50"], env)
+    proc.until("Epoch 5/")
     proc.kill()
     proc.wait()
     chief = ckpt / "chief"

@@ -4,32 +4,18 @@ and a launcher that always stops."""
 import os
 import re
 import signal
-import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from helpers import DISTRAIN, KERAS_FAMILIES, ROOT, clean_env, keras_env, run, small_tmpfs
+from helpers import DISTRAIN, KERAS_FAMILIES, ROOT, Watched, clean_env, keras_env, run, small_tmpfs
 
 SLOW = str(ROOT / "tests" / "integration" / "scripts" / "slow_steps.py")
 
 
-def start(cmd, env, **kwargs):
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, **kwargs)
-
-
-def read_until(proc, pattern: str | Callable[[str], bool], timeout: float = 180) -> str:
-    """The output up to the first line matching `pattern`, or up to where `pattern(output so far)` holds."""
-    seen, deadline = "", time.monotonic() + timeout
-    for line in proc.stdout:
-        seen += line
-        found = pattern(seen) if callable(pattern) else re.search(pattern, line)
-        if found or time.monotonic() > deadline:
-            break
-    return seen
+def start(cmd, env, **kwargs) -> Watched:
+    return Watched(cmd, env, **kwargs)
 
 
 def every_rank_in_its_first_step(seen: str, ranks: int = 2) -> bool:
@@ -68,10 +54,10 @@ def test_a_signal_stops_two_workers_with_slow_steps_within_seconds(tmp_path):
     every step.)"""
     env = clean_env(DISTRAIN_OUTPUT_DIR=str(tmp_path))
     proc = start([DISTRAIN, "launch", "-n", "2", SLOW, "--step-seconds", "0.6", "--epochs", "6", "--steps", "8"], env)
-    read_until(proc, r"STEP epoch=2 step=3 ")
+    proc.until(r"STEP epoch=2 step=3 ")
     sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    rest = proc.stdout.read()
+    rest = proc.rest()
     assert proc.wait(timeout=60) == 75, rest
     latency = time.monotonic() - sent
     print(f"stop latency, 0.6 s steps, 2 workers: {latency:.1f} s")
@@ -89,11 +75,11 @@ def test_the_launcher_sleeps_while_its_workers_train(tmp_path):
     """No polling: on a VM each wake-up costs CPU the workers could use (the launcher used to wake every second)."""
     proc = start([DISTRAIN, "launch", "-n", "2", SLOW, "--step-seconds", "0.3", "--epochs", "1", "--steps", "30"],
                  clean_env(DISTRAIN_OUTPUT_DIR=str(tmp_path)))
-    read_until(proc, every_rank_in_its_first_step)
+    proc.until(every_rank_in_its_first_step)
     before = wake_ups(proc.pid)
     time.sleep(4)
     woken = wake_ups(proc.pid) - before
-    rest = proc.stdout.read()
+    rest = proc.rest()
     assert proc.wait(timeout=120) == 0, rest
     assert woken <= 1, f"the launcher woke {woken} times in 4 s"
 
@@ -104,11 +90,11 @@ def test_the_workers_stay_in_the_launchers_session_each_leading_its_own_process_
     launcher."""
     proc = start([DISTRAIN, "launch", "-n", "2", SLOW, "--step-seconds", "0.1", "--epochs", "1", "--steps", "20"],
                  clean_env(DISTRAIN_OUTPUT_DIR=str(tmp_path)))
-    read_until(proc, every_rank_in_its_first_step)
+    proc.until(every_rank_in_its_first_step)
     workers = [int(pid) for pid in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
     sessions = {os.getsid(pid) for pid in workers}
     groups, launchers_session = [os.getpgid(pid) for pid in workers], os.getsid(proc.pid)
-    rest = proc.stdout.read()
+    rest = proc.rest()
     assert proc.wait(timeout=120) == 0, rest
     assert len(workers) == 2, workers
     assert sessions == {launchers_session}, f"workers in sessions {sessions}, the launcher in {launchers_session}"
@@ -119,7 +105,7 @@ def test_each_command_is_its_own_run_and_the_same_command_resumes(tmp_path):
     env = clean_env(DISTRAIN_OUTPUT_DIR=str(tmp_path))
     first = ["examples/train.py", "--epochs", "40", "--lr", "0.01"]
     proc = start([DISTRAIN, "run", *first], env)
-    head = read_until(proc, r"Epoch 3/")
+    head = proc.until(r"Epoch 3/")
     assert re.search(r"distrain: new run train-\w+ \(state in ", head), head
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 75
@@ -128,7 +114,7 @@ def test_each_command_is_its_own_run_and_the_same_command_resumes(tmp_path):
     assert "new run" in other.stdout and "resuming" not in other.stdout  # another experiment starts fresh
     assert re.search(r"Epoch 1/2", other.stdout)
     again = start([DISTRAIN, "run", *first], env)
-    head = read_until(again, r"Epoch \d+/")
+    head = again.until(r"Epoch \d+/")
     assert re.search(r"resuming run train-\w+ at (the start of )?epoch [3-9](, step \d+)? ", head), head
     assert int(re.search(r"Epoch (\d+)/40", head).group(1)) >= 3
     # the same command a second time, while the first still runs: refused, not trained on twice at once
@@ -142,7 +128,7 @@ def test_each_command_is_its_own_run_and_the_same_command_resumes(tmp_path):
 def test_distrain_resume_0_starts_over(tmp_path):
     env = clean_env(DISTRAIN_OUTPUT_DIR=str(tmp_path))
     proc = start([DISTRAIN, "run", "examples/train.py", "--epochs", "40"], env)
-    read_until(proc, r"Epoch 3/")
+    proc.until(r"Epoch 3/")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 75
     plan = run([DISTRAIN, "plan", "examples/train.py", "--epochs", "40"], env=env)
@@ -159,16 +145,16 @@ def test_a_full_disk_during_a_checkpoint_keeps_the_previous_one_and_training_goe
         # a checkpoint is ~260 kB: one or two fit, then the disk is full
         cmd = [DISTRAIN, "run", SLOW, "--step-seconds", "0.2", "--epochs", "30", "--steps", "4", "--width", "250"]
         proc = start(cmd, env)
-        head = read_until(proc, r"checkpoint not written")
+        head = proc.until(r"checkpoint not written")
         assert re.search(r"checkpoint not written \(No space left on device\): the previous one \(\S+ckpt-\d\) "
                          r"stays; training goes on", head), head
-        read_until(proc, r"STEP epoch=\d+ step=2 ")  # it goes on
+        proc.until(r"STEP epoch=\d+ step=2 ")  # it goes on
         proc.send_signal(signal.SIGTERM)
-        rest = proc.stdout.read()
+        rest = proc.rest()
         assert proc.wait(timeout=60) == 75, rest
         assert "the checkpoint could not be written (see above), so a rerun resumes from the previous one" in rest
         rerun = start(cmd, env)
-        head = read_until(rerun, r"resumed from checkpoint")
+        head = rerun.until(r"resumed from checkpoint")
         assert re.search(r"resuming run slow_steps-\w+ at the start of epoch [23]", head), head
         os.killpg(rerun.pid, signal.SIGKILL)
         rerun.wait()
@@ -178,13 +164,13 @@ def test_a_timed_checkpoint_survives_a_hard_kill(tmp_path):
     env = clean_env(DISTRAIN_OUTPUT_DIR=str(tmp_path), DISTRAIN_CHECKPOINT_MINUTES="0.05")  # every 3 s
     cmd = [DISTRAIN, "run", SLOW, "--step-seconds", "0.3", "--epochs", "3", "--steps", "40"]
     proc = start(cmd, env)
-    head = read_until(proc, r"timed checkpoint")
+    head = proc.until(r"timed checkpoint")
     at = re.search(r"timed checkpoint \(every 0.05 min\): resumes at (epoch 1, step \d+)", head)  # mid-epoch
     assert at, head
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     rerun = start(cmd, env)
-    head = read_until(rerun, r"run slow_steps")
+    head = rerun.until(r"run slow_steps")
     assert "resuming run slow_steps-" in head and f" at {at[1]} (" in head, head
     os.killpg(rerun.pid, signal.SIGKILL)
     rerun.wait()
@@ -194,11 +180,11 @@ def test_launch_kills_a_stuck_worker_after_the_kill_wait_and_leaves_nothing_behi
     env = clean_env(DISTRAIN_OUTPUT_DIR=str(tmp_path), DISTRAIN_KILL_WAIT="10")
     # the first step blocks for 1000 s: the workers never reach a point where they could stop
     proc = start([DISTRAIN, "launch", "-n", "2", SLOW, "--step-seconds", "1000", "--epochs", "1"], env)
-    head = read_until(proc, every_rank_in_its_first_step)
+    head = proc.until(every_rank_in_its_first_step)
     assert every_rank_in_its_first_step(head), head
     sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    rest = proc.stdout.read()
+    rest = proc.rest()
     code = proc.wait(timeout=60)
     assert time.monotonic() - sent < 20, rest
     assert code == 128 + signal.SIGTERM and "had not stopped 10 s after the stop (DISTRAIN_KILL_WAIT): killed" in rest
@@ -209,13 +195,13 @@ def test_launch_kills_a_stuck_worker_after_the_kill_wait_and_leaves_nothing_behi
 def test_launch_second_ctrl_c_kills_at_once(tmp_path):
     env = clean_env(DISTRAIN_OUTPUT_DIR=str(tmp_path))
     proc = start([DISTRAIN, "launch", "-n", "2", SLOW, "--step-seconds", "1000", "--epochs", "1"], env)
-    head = read_until(proc, every_rank_in_its_first_step)
+    head = proc.until(every_rank_in_its_first_step)
     assert every_rank_in_its_first_step(head), head
     proc.send_signal(signal.SIGINT)
     time.sleep(1)
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    rest = proc.stdout.read()
+    rest = proc.rest()
     assert proc.wait(timeout=30) == 130, rest
     assert time.monotonic() - sent < 5 and "interrupted (a second Ctrl-C)" in rest
     time.sleep(1)
@@ -233,7 +219,7 @@ def test_a_stop_while_distrain_starts_exits_75_at_once_with_one_line(tmp_path):
         time.sleep(after)
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=60)
+        out = proc.rest(timeout=60)
         assert proc.returncode == 75, out[-3000:]
         assert time.monotonic() - sent < 5, out[-3000:]
         assert re.search(r"distrain: stopped on SIGTERM (while starting, before any training|before the script's "
@@ -252,9 +238,9 @@ def test_a_scripts_own_except_exception_cannot_swallow_the_stop(tmp_path):
     proc = start([DISTRAIN, "run", str(wrapper), SLOW, "--step-seconds", "0.2", "--epochs", "20"],
                  clean_env(DISTRAIN_OUTPUT_DIR=str(tmp_path / "out")))
     try:
-        seen = read_until(proc, r"STEP epoch=1 step=2 ", timeout=120)
+        seen = proc.until(r"STEP epoch=1 step=2 ", timeout=120)
         proc.send_signal(signal.SIGTERM)
-        rest, _ = proc.communicate(timeout=60)
+        rest = proc.rest(timeout=60)
     finally:
         proc.kill()
     out = seen + rest

@@ -6,7 +6,6 @@ import re
 import shutil
 import signal
 import stat
-import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from entrypoint.ports import free_ports
-from helpers import DISTRAIN, ROOT, clean_env, run
+from helpers import DISTRAIN, Watched, clean_env, run
 
 NOBODY = 65534
 CPP_CHATTER = re.compile(r"^(\[\d/\d\] )?(I\d{4} \d\d:\d\d:\d\d|WARNING: All log messages before absl)", re.MULTILINE)
@@ -62,13 +61,9 @@ def test_the_same_rule_guards_the_image_cache(fresh_user):
 
 
 def test_a_fresh_default_work_dir_is_private_down_to_each_checkpoint_file(fresh_user):
-    proc = subprocess.Popen([DISTRAIN, "run", "examples/train.py", "--epochs", "50"], cwd=ROOT,
-                            env=clean_env(USER=fresh_user), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    for line in proc.stdout:
-        if "Epoch 3/" in line:
-            break
+    proc = Watched([DISTRAIN, "run", "examples/train.py", "--epochs", "50"], clean_env(USER=fresh_user))
+    proc.until("Epoch 3/")
     proc.kill()
-    proc.wait()
     modes = tree_modes(f"/tmp/{fresh_user}")
     checkpoint_files = [p for p in modes if "/chief/ckpt-" in p]
     assert checkpoint_files, modes
@@ -94,9 +89,8 @@ def start_tf_config_pair(script_args, **env):
     procs = []
     for index in range(2):
         config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
-        procs.append(subprocess.Popen([DISTRAIN, "run", *script_args], cwd=ROOT, text=True,
-                                      env=clean_env(TF_CONFIG=config, DISTRAIN_CHECKPOINT="0", **env),
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        procs.append(Watched([DISTRAIN, "run", *script_args],
+                             clean_env(TF_CONFIG=config, DISTRAIN_CHECKPOINT="0", **env)))
     return workers, procs
 
 
@@ -104,16 +98,11 @@ def start_tf_config_pair(script_args, **env):
 def test_a_lost_peer_under_a_bare_tf_config_is_named_with_exit_4(victim):
     workers, procs = start_tf_config_pair(["examples/train.py", "--epochs", "500"])
     survivor = 1 - victim
-    lines = []
-    for line in procs[0].stdout:
-        lines.append(line)
-        if "Epoch 3/" in line:
-            break
+    procs[0].until("Epoch 3/")
     procs[victim].kill()
     killed = time.monotonic()
-    rest = procs[survivor].stdout.read() if survivor else "".join(lines) + procs[0].stdout.read()
-    code = procs[survivor].wait(timeout=90)
-    procs[victim].wait()
+    rest = procs[survivor].rest(timeout=90)
+    code = procs[survivor].wait(timeout=10)
     assert time.monotonic() - killed < 60
     assert code == 4, rest[-3000:]
     last = rest.strip().splitlines()[-1]
@@ -122,16 +111,13 @@ def test_a_lost_peer_under_a_bare_tf_config_is_named_with_exit_4(victim):
 
 
 def test_a_lost_peer_under_launch_is_the_last_line_with_exit_4():
-    proc = subprocess.Popen([DISTRAIN, "launch", "-n", "2", "examples/train.py", "--epochs", "500"], cwd=ROOT,
-                            env=clean_env(DISTRAIN_CHECKPOINT="0"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    for line in proc.stdout:
-        if "Epoch 2/" in line:
-            break
+    proc = Watched([DISTRAIN, "launch", "-n", "2", "examples/train.py", "--epochs", "500"],
+                   clean_env(DISTRAIN_CHECKPOINT="0"))
+    proc.until("Epoch 2/")
     worker = int(Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()[1])
     os.kill(worker, signal.SIGKILL)
-    rest = proc.stdout.read()
-    assert proc.wait(timeout=60) == 4, rest
+    rest = proc.rest(timeout=60)
+    assert proc.wait() == 4, rest
     assert re.match(r"distrain: error: lost worker 1 \(localhost:\d+\): killed by SIGKILL",
                     rest.strip().splitlines()[-1]), rest
     assert "Traceback" not in rest
@@ -152,15 +138,11 @@ def python_with_env(marker: str, variable: bytes) -> int:
 
 def test_a_lost_peer_under_horovodrun_is_named_by_the_survivor():
     marker = f"DISTRAIN_RUN_ID=hvd-{uuid.uuid4().hex[:8]}"
-    proc = subprocess.Popen(["horovodrun", "-np", "2", "--gloo", DISTRAIN, "run", "examples/train.py", "--epochs",
-                             "500"], cwd=ROOT, env=clean_env(DISTRAIN_CHECKPOINT="0", **dict([marker.split("=")])),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    for line in proc.stdout:
-        if "Epoch 3/" in line:
-            break
+    proc = Watched(["horovodrun", "-np", "2", "--gloo", DISTRAIN, "run", "examples/train.py", "--epochs", "500"],
+                   clean_env(DISTRAIN_CHECKPOINT="0", **dict([marker.split("=")])))
+    proc.until("Epoch 3/")
     os.kill(python_with_env(marker, b"HOROVOD_RANK=1"), signal.SIGKILL)
-    rest = proc.stdout.read()
-    proc.wait(timeout=90)
+    rest = proc.rest(timeout=90)
     survivor = [line.split(":", 1)[1] for line in rest.splitlines() if line.startswith("[0]<")]
     assert re.match(r"\[0/2\] distrain: error: lost worker 1 \(\S+:\d+\)", survivor[-1]), rest[-3000:]
     # the survivor exits 4 right after that line, unless horovodrun, which saw rank 1 die first, ends it sooner
@@ -181,15 +163,12 @@ def test_the_job_log_has_no_cpp_chatter_unless_asked_for():
 
 
 def test_a_stop_with_checkpoints_off_says_nothing_was_saved():
-    proc = subprocess.Popen([DISTRAIN, "run", "examples/train.py", "--epochs", "500"], cwd=ROOT,
-                            env=clean_env(DISTRAIN_CHECKPOINT="0", DISTRAIN_STOP_CHECK_SECONDS="0.5"),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    for line in proc.stdout:
-        if "Epoch 2/" in line:
-            break
+    proc = Watched([DISTRAIN, "run", "examples/train.py", "--epochs", "500"],
+                   clean_env(DISTRAIN_CHECKPOINT="0", DISTRAIN_STOP_CHECK_SECONDS="0.5"))
+    proc.until("Epoch 2/")
     proc.send_signal(signal.SIGTERM)
-    rest = proc.stdout.read()
-    assert proc.wait(timeout=60) == 75, rest
+    rest = proc.rest(timeout=60)
+    assert proc.wait() == 75, rest
     assert "stopped on SIGTERM; distrain saved nothing" in rest and "at None" not in rest
 
 

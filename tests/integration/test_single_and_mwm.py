@@ -3,7 +3,6 @@
 import json
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pytest
 from helpers import (
     DISTRAIN,
     KERAS_FAMILIES,
-    ROOT,
+    Watched,
     assert_trained_in_sync,
     clean_env,
     keras_env,
@@ -84,20 +83,15 @@ def _children(pid: int) -> list[int]:
 
 
 def test_a_killed_worker_fails_the_launch_fast():
-    proc = subprocess.Popen([DISTRAIN, "launch", "-n", "2", "examples/train.py", "--epochs", "500"], cwd=ROOT,
-                            env=clean_env(DISTRAIN_CHECKPOINT="0"), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if "Epoch 2/" in line:
-            break
+    proc = Watched([DISTRAIN, "launch", "-n", "2", "examples/train.py", "--epochs", "500"],
+                   clean_env(DISTRAIN_CHECKPOINT="0"))
+    lines = proc.until("Epoch 2/")
     workers = _children(proc.pid)
     assert len(workers) == 2, lines
     os.kill(workers[1], signal.SIGKILL)
     killed_at = time.monotonic()
-    rest = proc.stdout.read()
-    code = proc.wait(timeout=60)
+    rest = proc.rest(timeout=60)
+    code = proc.wait()
     assert time.monotonic() - killed_at < 60
     assert code == 4
     assert "distrain: error: lost worker 1 (localhost:" in rest and "killed by SIGKILL" in rest
