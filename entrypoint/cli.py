@@ -220,11 +220,12 @@ def restart_check(
     """jobs/lib.sh, after a step failed: restart it (exit 0), end the job (1), or requeue it (10: no worker
     started, a node down?). Prints the one line that says why (restarts.py)."""
     from . import restarts
+    from .plan import batch_shell
 
-    job = f"job {os.environ.get('SLURM_JOB_ID', '?')}.{os.environ.get('SLURM_RESTART_COUNT', '0')}"
-    run = restarts.RunOfLaunch.detect(script, list(ctx.args), session=job)
+    shell = batch_shell(os.environ)
+    run = restarts.RunOfLaunch.detect(script, list(ctx.args), session=shell.session)
     records = run.step_records(since)
-    ended = restarts.step_ended(records, int(os.environ.get("SLURM_NTASKS") or max(records, default=0) + 1), code)
+    ended = restarts.step_ended(records, shell.tasks or max(records, default=0) + 1, code)
     if not ended.started:
         typer.echo(f"no worker of the step started (srun exit {code}: a node down?)")
         raise typer.Exit(EXIT_REQUEUE)
@@ -295,15 +296,9 @@ DIR_OPTION = typer.Option(None, "--dir", help="The output directory (default: DI
 
 
 def _output_dirs(directory: str | None) -> list[str]:
-    if directory:
-        return [directory]
-    from .workdirs import root
+    from .plan import listed_output_dirs
 
-    found = [root(os.environ, "DISTRAIN_OUTPUT_DIR").path]
-    local = os.path.abspath("distrain-output")
-    if not os.environ.get("DISTRAIN_OUTPUT_DIR") and os.path.isdir(os.path.join(local, "runs")):
-        found.append(local)
-    return found
+    return [directory] if directory else listed_output_dirs(os.environ, os.getcwd())
 
 
 @runs_app.callback(invoke_without_command=True)

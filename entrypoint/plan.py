@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 from . import runs, slurm, workdirs
 from .errors import ConfigError
+from .keras_family import FAMILIES, KerasFamily
 from .workdirs import WorkDir
 
 MODES = ("single", "mirrored", "mwm", "horovod")
@@ -75,6 +76,11 @@ class Plan:
     env_unset: tuple[str, ...] = ()
     reasons: tuple[tuple[str, str], ...] = field(default=())
     warnings: tuple[str, ...] = ()
+
+    @property
+    def family(self) -> KerasFamily:
+        """What differs between Keras 3 and tf_keras, for this run's Keras (keras_family.py)."""
+        return FAMILIES[self.keras]
 
     @property
     def is_chief(self) -> bool:
@@ -621,6 +627,29 @@ class LaunchSettings:
 
 def launch_settings(env: Mapping[str, str]) -> LaunchSettings:
     return LaunchSettings(_seconds(env, "DISTRAIN_KILL_WAIT", 30.0), env.get("DISTRAIN_RESUME_COMMAND") or None)
+
+
+@dataclass(frozen=True)
+class BatchShell:
+    """What `distrain restart-check` reads of its job in the batch shell (jobs/lib.sh), where no step runs."""
+
+    session: str  # "job J.R": the job and its restart count (a requeue is another session)
+    tasks: int | None  # SLURM_NTASKS: the workers a step of this job starts
+
+
+def batch_shell(env: Mapping[str, str]) -> BatchShell:
+    return BatchShell(f"job {env.get('SLURM_JOB_ID', '?')}.{env.get('SLURM_RESTART_COUNT', '0')}",
+                      _int(env, "SLURM_NTASKS"))
+
+
+def listed_output_dirs(env: Mapping[str, str], cwd: str) -> list[str]:
+    """Where `distrain runs` looks: the output directory a run here would use, and the job scripts' last resort
+    ./distrain-output when it holds runs and no DISTRAIN_OUTPUT_DIR is set."""
+    found = [workdirs.root(env, "DISTRAIN_OUTPUT_DIR").path]
+    local = os.path.join(cwd, "distrain-output")
+    if not env.get("DISTRAIN_OUTPUT_DIR") and os.path.isdir(os.path.join(local, "runs")):
+        found.append(local)
+    return found
 
 
 def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: str | None = None,

@@ -86,7 +86,7 @@ def install_hooks(engine: Engine, keras: Any, tf: Any, evened: batches.EvenedInp
         if backup is not None:
             resume.build_before_restore(self, args_, stage.checkpoint_dir)
         _progress_from_the_chief_only(engine, args_)
-        with resume.starting_at(plan.keras, self, fit_callbacks.position), \
+        with resume.starting_at(plan.family, self, fit_callbacks.position), \
                 steps.observed(self, fit_callbacks.step_ends):
             history = orig_fit(*bound.args, **bound.kwargs)
         if backup is not None:
@@ -129,7 +129,7 @@ def _record_stage(engine: Engine, stage: Any, stage_number: int, model: Any, his
     plan = engine.plan
     try:
         stages.record(stage.checkpoint_dir, history, signature, engine.rank,
-                      lambda path: checkpoint.save_weights_locally(plan, model, path), plan.keras == "keras3")
+                      lambda path: checkpoint.save_weights_locally(plan, model, path), plan.family.end_weights)
     except Exception as exc:  # noqa: BLE001 - OSError, h5py's and TensorFlow's own errors for a full disk
         log().warning(f"fit {stage_number}'s end state was not recorded ({checkpoint.why(exc)}): a rerun trains it "
                       "again")
@@ -203,7 +203,7 @@ def _horovod_optimizer(engine: Engine, plan: Any, optimizer: Any) -> Any:
     hvd.DistributedOptimizer, the script's own, never reaches here: _adapt_optimizer keeps it)."""
     if getattr(optimizer, "_distrain_wrapped", False):
         return optimizer
-    if plan.keras == "keras3":
+    if not plan.family.horovod_keras_api:
         from .compat import keras3_horovod
 
         return keras3_horovod.wrap_optimizer(optimizer, engine.hvd)
@@ -219,7 +219,7 @@ def _horovod_callbacks(engine: Engine, keras: Any, user: list) -> list:
     nothing the script already added itself)."""
     if engine.hvd is None:
         return []
-    if engine.plan.keras == "keras3":
+    if not engine.plan.family.horovod_keras_api:
         from .compat import keras3_horovod
 
         return keras3_horovod.callbacks(keras, engine.hvd)
@@ -279,7 +279,7 @@ def _position_input(engine: Engine, plan: Any, model: Any, arguments: dict, user
                                                                                           user_callbacks):
         return None  # each rank reads its own data, as the script chose: nothing shared to position
     rank, size = (engine.rank, engine.size) if engine.hvd is not None else (0, 1)
-    return resume.position_input(arguments, keras_family=plan.keras, checkpoint_dir=plan.checkpoint_dir,
+    return resume.position_input(arguments, family=plan.family, checkpoint_dir=plan.checkpoint_dir,
                                  rank=rank, size=size, replicas=engine.replicas,
                                  note=facts.note, evened=facts.evened)
 
@@ -304,7 +304,7 @@ def run_script(script: str, argv: list[str], engine: Engine | None, evened: batc
         signals = stopping.install(engine.plan)
         install_hooks(engine, engine.keras, engine.tf, evened, signals)
         adopt.install_strategy_adoption(engine, engine.plan, engine.tf)
-        if engine.plan.keras == "keras3" and (engine.hvd is not None or engine.plan.script_uses_horovod_tf):
+        if not engine.plan.family.horovod_keras_api and (engine.hvd is not None or engine.plan.script_uses_horovod_tf):
             _adopt_horovod_tensorflow_api(engine)
         if engine.hvd is not None and engine.size > 1 and engine.plan.script_uses_horovod_tf:
             import horovod.tensorflow as hvd

@@ -81,7 +81,7 @@ def setup(plan: Plan | None = None, checked: bool = False,
     if not checked:
         apply_checks(plan)
     apply_environment(plan)
-    if plan.keras == "legacy":
+    if plan.family.aliased_as_keras:
         from .compat.tf_keras_alias import alias_keras_to_tf_keras
 
         try:
@@ -97,7 +97,7 @@ def setup(plan: Plan | None = None, checked: bool = False,
     from .compat import registry
 
     registry.verify(plan.keras, plan.mode)  # every patch this run makes finds what it knows, or one line here
-    if plan.keras == "keras3" and plan.mode in ("mwm", "mirrored") and plan.replicas > 1:  # a strategy's replicas
+    if plan.family.needs_strategy_fit_fixes and plan.mode in ("mwm", "mirrored") and plan.replicas > 1:
         from .compat import keras3_mwm
 
         fixes = keras3_mwm.apply(tf)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import EnvironmentProblem
+from ..keras_family import FAMILIES, KERAS3, TF_KERAS
 
 ALL_MODES = frozenset({"single", "mirrored", "mwm", "horovod"})
 STRATEGY_MODES = frozenset({"mirrored", "mwm"})
@@ -50,7 +51,7 @@ class Patch:
     why: str  # the upstream issue, or the promise it serves
     targets: tuple[str, ...]
     library: str  # whose version a refusal names: tensorflow | keras | tf_keras | horovod | python
-    families: frozenset = frozenset({"keras3", "legacy"})
+    families: frozenset = frozenset(FAMILIES)
     modes: frozenset = ALL_MODES
 
     def applies(self, family: str, mode: str) -> bool:
@@ -58,15 +59,15 @@ class Patch:
 
 
 def _p(name: str, what: str, kind: str, lifetime: str, why: str, targets: tuple[str, ...], library: str,
-       families: tuple[str, ...] = ("keras3", "legacy"), modes: frozenset = ALL_MODES) -> Patch:
+       families: tuple[str, ...] = tuple(FAMILIES), modes: frozenset = ALL_MODES) -> Patch:
     return Patch(name, what, kind, lifetime, why, targets, library, frozenset(families), modes)
 
 
 _TRAINER = "keras.src.backend.tensorflow.trainer"
 _TF_OPT = "keras.src.backend.tensorflow.optimizer:TFOptimizer"
 _BASE_OPT = "keras.src.optimizers.base_optimizer:BaseOptimizer"
-_K3 = ("keras3",)
-_LEGACY = ("legacy",)
+_K3 = (KERAS3.name,)
+_LEGACY = (TF_KERAS.name,)
 
 PATCHES: tuple[Patch, ...] = (
     # Keras 3 under a strategy with several replicas (compat/keras3_mwm.py: each fix checks its defect's source)
@@ -196,7 +197,7 @@ def _resolve(spec: str, family: str) -> tuple[Any, list[str]]:
     """The object a `module:qualified.name(params)` spec names, and the params it should start with."""
     path, _, params = spec.partition("(")
     module_name, _, qualname = path.partition(":")
-    if family == "legacy" and (module_name == "keras" or module_name.startswith("keras.")):
+    if family == TF_KERAS.name and (module_name == "keras" or module_name.startswith("keras.")):
         module_name = "tf_keras" + module_name[len("keras"):]
     found: Any = importlib.import_module(module_name)
     for part in qualname.split("."):
@@ -275,12 +276,12 @@ def refusal(patch: Patch, problem: str) -> EnvironmentProblem:
 
 def report() -> list[str]:
     """One line per entry and Keras family installed here: ok, MOVED (and what), or not installed."""
-    families = [f for f, module in (("keras3", "keras"), ("legacy", "tf_keras")) if installed(module)]
+    families = [f for f, module in ((KERAS3.name, "keras"), (TF_KERAS.name, "tf_keras")) if installed(module)]
     lines = []
     for patch in PATCHES:
         modes = "all modes" if patch.modes == ALL_MODES else "/".join(sorted(patch.modes))
         for family in sorted(patch.families & set(families)) or sorted(patch.families):
-            library = "tf_keras" if family == "legacy" and patch.library == "keras" else patch.library
+            library = "tf_keras" if family == TF_KERAS.name and patch.library == "keras" else patch.library
             if family not in families or not installed(library):
                 state = "not installed"
             else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 
 from ..errors import ConfigError, EnvironmentProblem
@@ -22,10 +23,8 @@ def check_installed() -> None:
 def init(plan: Plan, tf):  # noqa: ANN001, ANN201 - tensorflow module in, horovod module out
     """hvd.init() and pin one GPU per process. The Keras alias (setup) must be in place first."""
     try:  # Horovod's Keras API drives tf_keras only; Keras 3 goes through horovod.tensorflow (compat.keras3_horovod)
-        if plan.keras == "keras3":
-            import horovod.tensorflow as hvd
-        else:
-            import horovod.tensorflow.keras as hvd
+        hvd = importlib.import_module("horovod.tensorflow.keras" if plan.family.horovod_keras_api
+                                      else "horovod.tensorflow")
     except ImportError as exc:  # installed but broken (built against another TensorFlow, MPI missing)
         raise EnvironmentProblem(f"Horovod does not load ({exc}); rebuild it with scripts/build-horovod.sh") from None
     hvd.init()

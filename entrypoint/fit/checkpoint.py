@@ -151,10 +151,10 @@ def make_backup_callback(plan: Plan, keras: Any, stage: int, script_callbacks: t
     script's fit number `stage`, whose checkpoints are in plan.checkpoint_dir (runner.py: runs.stage_dir); the
     counters of `script_callbacks` go with every checkpoint (callback_state.py); `hooks`: what the fit hook knows
     when it builds it."""
-    if plan.keras == "keras3":
-        logic, base = (Keras3TimedBackup if plan.checkpoint_every else Keras3Backup), keras.callbacks.Callback
-    else:
+    if plan.family.subclasses_backup_and_restore:
         logic, base = TfKerasBackup, keras.callbacks.BackupAndRestore
+    else:
+        logic, base = (Keras3TimedBackup if plan.checkpoint_every else Keras3Backup), keras.callbacks.Callback
     return type(logic.__name__, (logic, base), {})(plan, stage, script_callbacks, hooks)
 
 

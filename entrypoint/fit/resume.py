@@ -34,6 +34,7 @@ from typing import Any
 
 from .. import runs
 from ..compat import keras3_trainer
+from ..keras_family import KerasFamily
 from . import batches, skip_beneath, unknown_length
 
 _ENDLESS = -1  # tf.data.INFINITE_CARDINALITY
@@ -61,14 +62,14 @@ def saved_position(checkpoint_dir: str) -> Position | None:
         else None
 
 
-def position_input(arguments: dict, *, keras_family: str, checkpoint_dir: str, rank: int, size: int,
+def position_input(arguments: dict, *, family: KerasFamily, checkpoint_dir: str, rank: int, size: int,
                    replicas: int, note: Callable[[str], None], evened: batches.EvenedInputs) -> Position | None:
     """Rewrite fit's bound arguments so that the input is positioned (see the module doc); the position this fit
     starts at, or None (said through `note`) when the input cannot be positioned. rank/size: this rank's share of
     every global batch (zero-code Horovod), else 0/1; replicas: how many replicas each global batch feeds;
     `evened` learns the dataset made here (each epoch's last batch splits cleanly)."""
     saved = saved_position(checkpoint_dir)
-    why_not = _why_not_positionable(arguments, keras_family)
+    why_not = _why_not_positionable(arguments, family)
     if saved is None and runs.newest_checkpoint(runs.chief_dir(checkpoint_dir)):
         why_not = why_not or "the checkpoint records no position (an older distrain wrote it)"
     if why_not:
@@ -87,7 +88,7 @@ def position_input(arguments: dict, *, keras_family: str, checkpoint_dir: str, r
         dataset, rank_share = _positioned_stream(x, position, steps, rank, size, replicas, note)
     elif batches.is_dataset(x) and int(x.cardinality()) == _UNKNOWN:
         in_later_epoch = position.epoch > int(arguments.get("initial_epoch") or 0)
-        steps, position, dataset, rank_share = _positioned_unknown_length(x, position, keras_family, in_later_epoch,
+        steps, position, dataset, rank_share = _positioned_unknown_length(x, position, family, in_later_epoch,
                                                                           epochs, rank, size, replicas, note)
     elif batches.is_dataset(x):
         dataset, rank_share = _positioned_dataset(x, position, epochs, rank, size, replicas, note)
@@ -178,7 +179,7 @@ def _positioned_dataset(dataset: Any, position: Position, epochs: int, rank: int
     return first.concatenate(per_epoch.repeat(epochs - position.epoch - 1)).filter(_keep), rank_share
 
 
-def _positioned_unknown_length(dataset: Any, position: Position, keras_family: str, in_later_epoch: bool,
+def _positioned_unknown_length(dataset: Any, position: Position, family: KerasFamily, in_later_epoch: bool,
                                epochs: int, rank: int, size: int, replicas: int,
                                note: Callable[[str], None]) -> tuple[int | None, Position, Any, bool]:
     """A dataset of unknown length (unknown_length.py): fit's steps_per_epoch (None: Keras ends each epoch where
@@ -188,7 +189,7 @@ def _positioned_unknown_length(dataset: Any, position: Position, keras_family: s
     import tensorflow as tf
 
     recorded = position.epoch_length
-    if recorded and in_later_epoch and unknown_length.KNOWS_THE_LENGTH_AFTER_ITS_FIRST_EPOCH[keras_family]:
+    if recorded and in_later_epoch and family.keeps_the_first_epochs_length:
         known = dataset.apply(tf.data.experimental.assert_cardinality(recorded))
         known, rank_share = _positioned_dataset(known, position, epochs, rank, size, replicas, note)
         return recorded, dataclasses.replace(position, learnt_length=lambda: recorded), known, rank_share
@@ -240,9 +241,9 @@ def _keep(*_element: Any) -> bool:
     return True
 
 
-def _why_not_positionable(arguments: dict, keras_family: str) -> str | None:
+def _why_not_positionable(arguments: dict, family: KerasFamily) -> str | None:
     x = arguments.get("x")
-    if keras_family == "keras3" and _keras3_step_generator() is None:
+    if family.starts_by_skipping_steps and _keras3_step_generator() is None:
         return "this Keras 3 has no epoch iterator distrain knows how to start mid-epoch"
     if x is not None and batches.is_dataset(x):
         length = int(x.cardinality())
@@ -294,12 +295,12 @@ def unseeded_shuffle(dataset: Any) -> bool:
 
 
 @contextlib.contextmanager
-def starting_at(keras_family: str, model: Any, position: Position | None) -> Iterator[None]:
+def starting_at(family: KerasFamily, model: Any, position: Position | None) -> Iterator[None]:
     """Run the fit inside this so that its first epoch, `position.epoch`, starts at step `position.step`."""
     if position is None:
         yield
         return
-    if keras_family == "keras3":
+    if family.starts_by_skipping_steps:
         with _keras3_building_as_plain_keras(position.script_dataset), _keras3_skipping(position.step):
             yield
         return

@@ -58,7 +58,7 @@ def recorded(stage_dir: str, fit_signature: dict, note: Callable[[str], None]) -
 
 
 def record(stage_dir: str, history: Any, fit_signature: dict, rank: int, save_weights: Callable[[str], None],
-           keras3: bool) -> None:
+           end_weights: str) -> None:
     """After a fit completed: every rank its random state, the chief the weights and the record (last: without it
     there is no record)."""
     import numpy as np  # not at import time: distrain's front door runs without numpy
@@ -71,7 +71,7 @@ def record(stage_dir: str, history: Any, fit_signature: dict, rank: int, save_we
                      **{name: variable.numpy() for name, variable in _global_generators().items()}}, handle)
     if rank != 0:
         return
-    weights = os.path.join(directory, "end.weights.h5" if keras3 else "end")
+    weights = os.path.join(directory, end_weights)  # the family's name for it (keras_family.py)
     save_weights(weights)
     workdirs.make_tree_private(directory)  # Keras writes with the umask
     runs.write_private_json(os.path.join(directory, "record.json"), {

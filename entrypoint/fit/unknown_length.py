@@ -29,8 +29,6 @@ from typing import Any
 
 from . import skip_beneath
 
-KNOWS_THE_LENGTH_AFTER_ITS_FIRST_EPOCH = {"legacy": True, "keras3": False}  # tf_keras' DataHandler
-# keeps `_inferred_steps` from its first epoch; Keras 3's epoch iterator reads until the data ends in every one
 _SKIP, _MADE, _LENGTH = 0, 1, 2  # the table's keys: batches to leave out of the next epoch read, batches made in
 # the epoch being read (those left out included), the length of an epoch that ran to its end
 

@@ -75,7 +75,7 @@ def _doctor_host(plan: Plan | None, problems: list[str]) -> None:
 def _doctor_tensorflow(plan: Plan | None, problems: list[str]) -> None:
     """TensorFlow's and Keras' versions, the CUDA it was built with against the driver, the GPUs it sees."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if plan is None or plan.keras == "legacy":
+    if plan is None or plan.family.aliased_as_keras:
         os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     try:
         import tensorflow as tf

@@ -4,6 +4,7 @@ import each other, directly or around a circle (function-level imports count too
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from helpers import ROOT
@@ -11,7 +12,7 @@ from helpers import ROOT
 PACKAGE = ROOT / "entrypoint"
 LAYERS = [  # bottom to top; a module's layer is that of the longest prefix naming it
     ("base", ["errors", "log", "startup_stop"]),
-    ("decision", ["workdirs", "slurm", "runs", "ports", "plan", "devices", "peers", "endings"]),
+    ("decision", ["workdirs", "slurm", "runs", "ports", "keras_family", "plan", "devices", "peers", "endings"]),
     ("setup", ["engines", "compat", "runtime"]),
     ("inside fit", ["fit"]),
     ("the run", ["runner", "restarts", "launcher"]),
@@ -126,3 +127,15 @@ def test_no_function_in_the_package_is_over_60_lines():
 def test_the_length_check_counts_a_nested_class_negative_control():
     nested = "def outer():\n    class Inner:\n" + "".join(f"        x{i} = {i}\n" for i in range(60))
     assert long_functions(nested) == [("outer", 62)]
+
+
+FAMILY_NAMES = re.compile(r"""["'](keras3|legacy)["']""")
+
+
+def test_the_keras_family_is_named_only_where_the_plan_decides_it():
+    """One Keras seam: plan.py chooses the family, keras_family.py says what differs; everything else reads
+    `plan.family`'s named differences, never compares the family's name."""
+    named = [f"{path.relative_to(ROOT)}:{number}" for path in sorted(PACKAGE.rglob("*.py"))
+             if path.name not in ("plan.py", "keras_family.py")
+             for number, line in enumerate(path.read_text().splitlines(), 1) if FAMILY_NAMES.search(line)]
+    assert not named, named
