@@ -127,7 +127,7 @@ def _run_and_record_the_end(plan: Any, path: str, args: list[str]) -> None:
     from . import runner, runtime, startup_stop
     from .fit import batches
 
-    ending = _Ending(plan.checkpoint_dir, plan.rank, plan.size)
+    ending = _Ending(plan.checkpoint_dir, plan.rank, plan.size, plan.node)
     startup_stop.when_stopped(lambda why: ending.record(EXIT_PREEMPTED, why))
     engine = None
     evened = batches.EvenedInputs()  # exact resume's datasets, evened already (fit/batches.py)
@@ -179,12 +179,12 @@ def _about_the_run(plan: Any, path: str, args: list[str]) -> dict[str, str]:
 class _Ending:
     """This worker's record in the run's state (endings.py): written at its start, completed at its end."""
 
-    def __init__(self, state_dir: str | None, rank: int, size: int) -> None:
+    def __init__(self, state_dir: str | None, rank: int, size: int, node: str) -> None:
         from . import endings
 
         self.state_dir, self.rank = state_dir, rank
         if state_dir:
-            endings.started(state_dir, rank, size)
+            endings.started(state_dir, rank, size, node)
 
     def record(self, code: int, why: str = "") -> None:
         from . import endings

@@ -27,21 +27,17 @@ KIND_LOST_PEER, KIND_STALL, KIND_STOPPED = "lost peer", "stall", "stopped"
 KINDS_BY_CODE = {0: KIND_DONE, 1: KIND_SCRIPT, 2: KIND_INPUT, 3: KIND_MACHINE, 4: KIND_LOST_PEER, 75: KIND_STOPPED}
 
 
-def host() -> str:
-    """The node name Slurm users know, else the host name."""
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-
-
 def _path(state_dir: str, rank: int) -> str:
     return os.path.join(state_dir, FOLDER, f"rank{rank}.json")
 
 
-def started(state_dir: str, rank: int, size: int) -> None:
-    """This worker's record: running, here, since now."""
+def started(state_dir: str, rank: int, size: int, node: str | None = None) -> None:
+    """This worker's record: running on `node` (the Plan's: the name Slurm users know), since now."""
     with contextlib.suppress(OSError):
         os.makedirs(os.path.join(state_dir, FOLDER), mode=0o700, exist_ok=True)
-        write_private_json(_path(state_dir, rank), {"rank": rank, "size": size, "host": host(), "pid": os.getpid(),
-                                                    "started": time.time()})
+        record = {"rank": rank, "size": size, "host": node or socket.gethostname(), "pid": os.getpid(),
+                  "started": time.time()}
+        write_private_json(_path(state_dir, rank), record)
 
 
 def ended(state_dir: str, rank: int, code: int, why: str = "", kind: str | None = None) -> None:

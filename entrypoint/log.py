@@ -44,6 +44,9 @@ for line in sys.stdin.buffer:
 """
 
 
+_FILTERED_IN: int | None = None  # the process whose stderr goes through the filter (a forked child: not it)
+
+
 def quiet_native_logs(verbose: bool = False) -> None:
     """Send this process's stderr (fd 2) through a filter that drops C++ INFO chatter; verbose (the Plan's
     DISTRAIN_VERBOSE=1) keeps it.
@@ -53,11 +56,12 @@ def quiet_native_logs(verbose: bool = False) -> None:
     """
     import subprocess
 
-    if verbose or os.environ.get("_DISTRAIN_QUIET") == str(os.getpid()):
+    global _FILTERED_IN
+    if verbose or os.getpid() == _FILTERED_IN:
         return
     sys.stderr.flush()
     filt = subprocess.Popen([sys.executable, "-S", "-c", _FILTER], stdin=subprocess.PIPE, stdout=2,
                             start_new_session=True)
     os.dup2(filt.stdin.fileno(), 2)
     filt.stdin.close()
-    os.environ["_DISTRAIN_QUIET"] = str(os.getpid())
+    _FILTERED_IN = os.getpid()

@@ -11,6 +11,7 @@ import glob
 import json
 import os
 import re
+import socket
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -72,6 +73,7 @@ class Plan:
     print_plan: bool = False  # DISTRAIN_PRINT_PLAN=1 (the job scripts): the chief logs this Plan at its start
     resume_command: str | None = None  # DISTRAIN_RESUME_COMMAND: what resumes this run (a job's, a launch's)
     job_id: str | None = None  # SLURM_JOB_ID: the job this run is part of (`distrain runs` shows it)
+    node: str = ""  # SLURMD_NODENAME, else the host name: the node as Slurm users know it (stalls, endings)
     env_set: tuple[tuple[str, str], ...] = ()
     env_unset: tuple[str, ...] = ()
     reasons: tuple[tuple[str, str], ...] = field(default=())
@@ -614,7 +616,8 @@ def _timers(env: Mapping[str, str]) -> dict[str, float | int]:
 def _reporting(env: Mapping[str, str]) -> dict[str, bool | str | None]:
     """What the run says about itself: TensorFlow's own INFO lines, the Plan in the log, the command that resumes."""
     return {"verbose": _flag(env, "DISTRAIN_VERBOSE"), "print_plan": _flag(env, "DISTRAIN_PRINT_PLAN"),
-            "resume_command": env.get("DISTRAIN_RESUME_COMMAND") or None, "job_id": env.get("SLURM_JOB_ID") or None}
+            "resume_command": env.get("DISTRAIN_RESUME_COMMAND") or None, "job_id": env.get("SLURM_JOB_ID") or None,
+            "node": env.get("SLURMD_NODENAME") or socket.gethostname()}
 
 
 @dataclass(frozen=True)

@@ -163,7 +163,7 @@ def _report_and_exit(plan: Plan, progress: Progress, waited: float) -> None:
     lines += [f"{prefix}  {line}" for line in stacks]
     sys.stderr.write("\n".join(lines) + "\n")
     sys.stderr.flush()
-    found = _share(plan, {"rank": plan.rank, "host": endings.host(), "where": where})
+    found = _share(plan, {"rank": plan.rank, "host": plan.node, "where": where})
     stuck = [f"rank {r['rank']} (node {r['host']}) is stuck in your code at {r['where']}" for r in found
              if r.get("where")]
     silent = sorted(set(range(plan.size)) - {r["rank"] for r in found}) if plan.size > 1 else []

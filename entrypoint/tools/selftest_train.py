@@ -222,7 +222,7 @@ def gpu_speeds() -> dict:
 build = tf.sysconfig.get_build_info()
 result = {
     "rank": rank, "size": size, "mode": distrain.plan().mode,
-    "host": os.environ.get("SLURMD_NODENAME") or platform.node(),  # Slurm's node name, as the job shows it
+    "host": distrain.plan().node,  # Slurm's node name, as the job shows it
     "machine": platform.node(),  # emulated Slurm nodes share one machine: no network between them
     "loss_first": first["loss"][0], "loss_last": first["loss"][-1],
     "weights": hashlib.sha256(np.concatenate(finals).tobytes()).hexdigest()[:16], "models": models,

@@ -139,3 +139,38 @@ def test_the_keras_family_is_named_only_where_the_plan_decides_it():
              if path.name not in ("plan.py", "keras_family.py")
              for number, line in enumerate(path.read_text().splitlines(), 1) if FAMILY_NAMES.search(line)]
     assert not named, named
+
+
+# plan.py reads the settings; the helpers detect calls with the environment it was given (slurm.py: the step,
+# runs.py: the run's identity, workdirs.py: the output root) belong to it. The rest, each with its reason:
+SETTINGS_READERS = {"plan.py", "slurm.py", "runs.py", "workdirs.py"}
+SETTINGS_EXCEPTIONS = {
+    "tools/selftest.py": "SLURM_NTASKS of an allocation the self-test judges from its rows (selftest.job)",
+    "tools/selftest_train.py": "DISTRAIN_SELFTEST_FAULT: the self-test's negative control, read by its worker only",
+}
+def setting_reads(source: str) -> list[int]:
+    """Lines that read a DISTRAIN_* or SLURM_* variable: `x.get("NAME")`, `getenv("NAME")`, `x["NAME"]` (a load)."""
+    def named(node: ast.AST) -> bool:
+        return isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+            node.value.startswith(("DISTRAIN_", "SLURM_", "SLURMD_"))
+
+    def reads(node: ast.AST) -> bool:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            return node.func.attr in ("get", "getenv") and bool(node.args) and named(node.args[0])
+        return isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and named(node.slice)
+
+    return sorted(node.lineno for node in ast.walk(ast.parse(source)) if reads(node))
+
+
+def test_settings_are_read_in_the_plan():
+    """Every DISTRAIN_* and SLURM_* variable is read where the Plan is made (or by an exception named above)."""
+    outside = [f"{path.relative_to(PACKAGE)}:{line}" for path in sorted(PACKAGE.rglob("*.py"))
+               if path.name not in SETTINGS_READERS and str(path.relative_to(PACKAGE)) not in SETTINGS_EXCEPTIONS
+               for line in setting_reads(path.read_text())]
+    assert not outside, outside
+
+
+def test_the_settings_scan_finds_each_way_of_reading_negative_control():
+    source = 'import os\nos.environ.get("DISTRAIN_X")\nos.getenv("SLURM_Y")\nenv["DISTRAIN_Z"]\n' \
+             'env["DISTRAIN_W"] = "1"\n'
+    assert setting_reads(source) == [2, 3, 4]
