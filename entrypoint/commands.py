@@ -126,6 +126,7 @@ def _run_and_record_the_end(plan: Any, path: str, args: list[str]) -> None:
     the script's own error its traceback and exit 1."""
     from . import runner, runtime, startup_stop
     from .fit import batches
+    from .fit.stopping import ignore_stop_signals
 
     ending = _Ending(plan.checkpoint_dir, plan.rank, plan.size, plan.node)
     startup_stop.when_stopped(lambda why: ending.record(EXIT_PREEMPTED, why))
@@ -142,7 +143,6 @@ def _run_and_record_the_end(plan: Any, path: str, args: list[str]) -> None:
         ending.record(exc.exit_code, str(exc))
         raise
     except BaseException as exc:  # the script's own error: its traceback, once, then Python's usual exit code 1
-        from .fit.stopping import ignore_stop_signals
         from .peers import lost_peer
 
         ignore_stop_signals()  # the run has failed: a TERM now (horovodrun, srun ending the job) must not cut
@@ -158,8 +158,6 @@ def _run_and_record_the_end(plan: Any, path: str, args: list[str]) -> None:
         traceback.print_exc()
         sys.stderr.flush()
         raise SystemExit(1) from None
-    from .fit.stopping import ignore_stop_signals
-
     ignore_stop_signals()  # the script is done: a TERM during TensorFlow's teardown must not turn exit 0 into 143
     ending.record(0)
 

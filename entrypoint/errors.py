@@ -8,7 +8,6 @@ untouched.
 from __future__ import annotations
 
 # Exit codes. 1 is left to the user's script (Python's default for an uncaught exception).
-EXIT_OK = 0
 EXIT_USAGE = 2  # bad input: unknown mode, malformed TF_CONFIG, inconsistent Slurm variables, missing script
 EXIT_ENVIRONMENT = 3  # the machine cannot run the plan: no GPU, Horovod absent, unwritable directory
 EXIT_WORKER_FAILED = 4  # `distrain launch`: a worker died and the others were stopped

@@ -75,15 +75,6 @@ def _draw(count: int) -> list[socket.socket]:
     raise ConfigError(f"no {count} free ports found outside the ephemeral range {ephemeral_range()}: pass --port")
 
 
-def free_ports(count: int) -> list[int]:
-    """Ports free now, outside the ephemeral range; for workers started by hand (tests, benchmarks)."""
-    held = _draw(count)
-    ports = [sock.getsockname()[1] for sock in held]
-    for sock in held:
-        sock.close()
-    return ports
-
-
 @contextlib.contextmanager
 def reserved_ports(count: int) -> Iterator[list[int]]:
     """Free ports, held until the block ends. Each is bound alone (which fails if anything is there), then marked

@@ -86,6 +86,14 @@ def run(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 300,
         raise AssertionError(f"{cmd[:3]} still running after {timeout} s; its last lines:\n{output[-3000:]}") from None
 
 
+def free_ports(count: int) -> list[int]:
+    """Ports free now, outside the ephemeral range, for workers a test starts by hand (distrain's own draw)."""
+    from entrypoint.ports import reserved_ports
+
+    with reserved_ports(count) as ports:
+        return list(ports)
+
+
 class Watched:
     """A started process (its own session) whose output, stdout and stderr merged, a thread reads: every wait on
     it has a deadline even while the process prints nothing, and a deadline missed fails the test with the

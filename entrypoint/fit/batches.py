@@ -299,15 +299,6 @@ def batch_layout(dataset: Any) -> tuple[int, int, bool] | None:
     return samples, size, drop
 
 
-def last_batch_size(dataset: Any) -> int | None:
-    """The size of the last batch of one pass over `dataset` (see batch_layout), or None where it is unknown."""
-    layout = batch_layout(dataset)
-    if layout is None:
-        return None
-    samples, size, drop = layout
-    return size if drop or samples % size == 0 else samples % size
-
-
 def rank_slices(dataset: Any, rank: int, size: int) -> Any:
     """Each batch of `dataset` cut down to this rank's contiguous share.
 

@@ -227,8 +227,8 @@ class TfKerasBackup:
             # only the chief writes. Under MWM tf_keras has every worker write a copy (to a temp dir it then
             # deletes), because reading an ON_READ variable is a collective all must join; the chief reads
             # them locally instead (compat/adopt.local_reads): metrics, reset at every epoch's start, and
-            # the moving statistics, averaged just before. A first write cost every worker 0.2 s of CPU
-            # (cProfile, #21); now the others 2 ms, the chief 0.17 s
+            # the moving statistics, averaged just before. A write costs the others 2 ms, the chief 0.17 s,
+            # where every worker writing cost each 0.2 s of CPU (cProfile)
             self.written = True
             return
         if self._batch_begun is not None:

@@ -1,19 +1,15 @@
 """fit's step ends, seen without a per-batch Keras callback.
 
-distrain's per-step work (the stall watchdog's clock, the stop check's step count) ran in `on_train_batch_end`
-hooks. On tf_keras, a callback with a per-batch hook costs every step even when nothing is due, in the
-machinery around it more than in the hook: tf_keras runs its CallbackList batch machinery (log processing,
-timing checks) only when some callback implements a batch hook (`_should_call_train_batch_hooks`), so a script
-with none, printing a line per epoch (verbose 2, distrain's default outside a terminal) or nothing (verbose 0,
-every rank but the chief), has no per-batch callback work at all. (Keras 3 on TensorFlow calls every callback's
-batch hooks at every step anyway: there it makes no difference, 904 Python calls a step against 908,
-benchmarks/workers/observer_ways.py.)
-
-So distrain observes the steps in a thin wrapper around the model's train function, installed for the length of
-one `fit`: after each call, each observer gets the index of the last batch that call ran. With
-steps_per_execution above 1 that is the true one, where Keras' report differs by version (Keras 3.3 passes a
-call's first batch, Keras 3.15 its last as if the call ran full). The stop check's collective and checkpoint stay
-on the training thread, between steps, as before.
+distrain's per-step work (the stall watchdog's clock, the stop check's step count) runs after each call of the
+model's train function, in a thin wrapper installed for the length of one `fit`: each observer gets the index of
+the last batch that call ran. Not in an `on_train_batch_end` hook, because on tf_keras a callback with a
+per-batch hook costs every step even when nothing is due: tf_keras runs its CallbackList batch machinery (log
+processing, timing checks) only when some callback implements a batch hook (`_should_call_train_batch_hooks`), so
+a script with none has no per-batch callback work at all. (Keras 3 on TensorFlow calls every callback's batch
+hooks at every step anyway: 904 Python calls a step against 908, benchmarks/workers/observer_ways.py.) With
+steps_per_execution above 1 the index is the true one, where Keras' report differs by version (Keras 3.3 passes a
+call's first batch, Keras 3.15 its last as if the call ran full). The stop check's collective and checkpoint run
+on the training thread, between steps.
 """
 
 from __future__ import annotations

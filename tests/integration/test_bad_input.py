@@ -10,8 +10,7 @@ import time
 
 import pytest
 
-from entrypoint.ports import free_ports
-from helpers import DISTRAIN, ROOT, clean_env, run, small_tmpfs
+from helpers import DISTRAIN, ROOT, clean_env, free_ports, run, small_tmpfs
 
 
 def tf_config(*workers: str, index: int = 0) -> str:

@@ -207,9 +207,9 @@ def test_a_checkpoint_at_an_epochs_last_step_keeps_that_epochs_end(tmp_path, kep
     """A stop agreed at an epoch's last step (the signal comes one step before: the check after the next step
     finds it), or a DISTRAIN_CHECKPOINT_EVERY checkpoint falling there (7 steps an epoch), waits for that epoch's
     end: the script's ReduceLROnPlateau lowers the learning rate there, and the run resumed at the next epoch's
-    start ends with the weights of the run never stopped (before stop 65 the checkpoint came before the epoch's
-    end and the resume went on without it: weights 0.036 apart). Stopped at the last epoch's last step, the rerun
-    has nothing left to train and finishes (before: tf_keras failed with `Empty logs` at every rerun)."""
+    start ends with the weights of the run never stopped (a checkpoint written before the epoch's end resumes
+    without it: weights 0.036 apart). Stopped at the last epoch's last step, the rerun has nothing left to train
+    and finishes (where a rerun of nothing to train could make tf_keras fail with `Empty logs`)."""
     launcher, args = LAUNCHERS["single"], ("--reduce-lr-on-plateau",)
     a = never_stopped(kept_runs, launcher, family, args=args)
     interrupted = train(launcher, tmp_path / "b", tmp_path / "state-b", family, args=args, **stop)

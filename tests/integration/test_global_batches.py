@@ -13,8 +13,17 @@ import time
 
 import pytest
 
-from entrypoint.ports import free_ports
-from helpers import DISTRAIN, FULL_TIER, KERAS_FAMILIES, ROOT, assert_trained_in_sync, clean_env, keras_env, run
+from helpers import (
+    DISTRAIN,
+    FULL_TIER,
+    KERAS_FAMILIES,
+    ROOT,
+    assert_trained_in_sync,
+    clean_env,
+    free_ports,
+    keras_env,
+    run,
+)
 
 SCRIPT = "tests/integration/scripts/short_last_batch.py"
 ONEDNN_ON = {"TF_ENABLE_ONEDNN_OPTS": "1"}  # whatever the CPU's default (see the module doc)

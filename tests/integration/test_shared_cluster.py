@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint.ports import free_ports
-from helpers import DISTRAIN, Watched, clean_env, run
+from helpers import DISTRAIN, Watched, clean_env, free_ports, run
 
 NOBODY = 65534
 CPP_CHATTER = re.compile(r"^(\[\d/\d\] )?(I\d{4} \d\d:\d\d:\d\d|WARNING: All log messages before absl)", re.MULTILINE)

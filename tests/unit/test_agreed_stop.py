@@ -21,7 +21,6 @@ class Backup:
 
 
 def agreed_stop(tmp_path, monkeypatch, backup, reduce_sum=lambda values: values, learnt_length=None):
-    monkeypatch.setenv("DISTRAIN_WORK_DIR", str(tmp_path))
     flag = stopping.SignalFlag()
     flag.signame = "SIGTERM"  # the signal came: the next check stops
     return stopping.AgreedStop(detect({}, gpus=[]), reduce_sum, backup, flag, learnt_length)

@@ -8,9 +8,9 @@ from entrypoint.compat.script_gpu_pinning import TaskGPUs
 from entrypoint.fit.batches import (
     array_dataset,
     batch_bounds,
+    batch_layout,
     even_out_last_batch,
     is_sharded,
-    last_batch_size,
     pipeline_stages,
     rank_slices,
     share,
@@ -115,13 +115,12 @@ def test_an_infinite_or_already_even_dataset_is_unchanged_in_content(tf):
     assert even_out_last_batch(endless, 4) is endless
 
 
-def test_the_last_batch_size_is_read_from_the_pipeline_where_it_can_be(tf):
-    assert last_batch_size(tf.data.Dataset.range(66).shuffle(66).batch(16).map(lambda b: b).prefetch(2)) == 2
-    assert last_batch_size(tf.data.Dataset.range(64).batch(16)) == 16
-    assert last_batch_size(tf.data.Dataset.range(66).batch(16, drop_remainder=True)) == 16
-    assert last_batch_size(tf.data.Dataset.range(66).filter(lambda i: i > 3).batch(16)) is None  # unknown length
-    assert last_batch_size(tf.data.Dataset.range(66).batch(16).unbatch().batch(8)) is None  # unbatch: length unknown
-    assert last_batch_size(tf.data.Dataset.range(66).batch(16).take(2)) is None  # take: not read through
+def test_the_batch_layout_is_read_from_the_pipeline_where_it_can_be(tf):
+    assert batch_layout(tf.data.Dataset.range(66).shuffle(66).batch(16).map(lambda b: b).prefetch(2)) == (66, 16, False)
+    assert batch_layout(tf.data.Dataset.range(66).batch(16, drop_remainder=True)) == (66, 16, True)
+    assert batch_layout(tf.data.Dataset.range(66).filter(lambda i: i > 3).batch(16)) is None  # unknown length
+    assert batch_layout(tf.data.Dataset.range(66).batch(16).unbatch().batch(8)) is None  # unbatch: length unknown
+    assert batch_layout(tf.data.Dataset.range(66).batch(16).take(2)) is None  # take: not read through
 
 
 @pytest.mark.parametrize(("samples", "batch", "ranks"), [(70, 16, 2), (71, 16, 4), (40, 9, 4)])

@@ -3,8 +3,9 @@ sockets, no TensorFlow)."""
 
 import socket
 
-from entrypoint.ports import ephemeral_range, free_ports, port_free, reserved_ports
+from entrypoint.ports import ephemeral_range, port_free, reserved_ports
 from entrypoint.slurm import SLURM_PORTS
+from helpers import free_ports
 
 
 def test_the_ports_are_free_and_where_no_outgoing_connection_or_slurm_run_takes_them():

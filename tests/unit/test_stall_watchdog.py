@@ -23,7 +23,6 @@ class Watched:
     def __init__(self, keras, monkeypatch, tmp_path, floor: float, pause: float) -> None:
         self.reported: list[float] = []
         self.wakes = 0
-        monkeypatch.setenv("DISTRAIN_WORK_DIR", str(tmp_path))
         plan = detect({"DISTRAIN_CHECKPOINT": "0", "DISTRAIN_STALL_SECONDS": str(floor),
                        "DISTRAIN_STALL_PAUSE_SECONDS": str(pause)}, gpus=[])
         original_limit = stalls._limit

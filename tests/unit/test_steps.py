@@ -83,7 +83,6 @@ def test_the_observers_see_the_batches_fit_ran(keras, steps_per_execution):
 @pytest.mark.core
 def test_distrains_callbacks_ask_keras_for_no_per_step_work(keras, tmp_path, monkeypatch):
     """tf_keras then skips its batch machinery; Keras 3 calls no batch hook of distrain's."""
-    monkeypatch.setenv("DISTRAIN_WORK_DIR", str(tmp_path))
     plan = detect({"DISTRAIN_CHECKPOINT": "0"}, gpus=[])
     model = tiny_model(keras, 1)
     watch, stop = stalls.make_callback(plan, keras), stopping.make_callback(plan, keras, None, None, None,
