@@ -1,6 +1,6 @@
-"""What differs between the two Keras families distrain drives, declared once: Keras 3 (`keras`) and tf_keras
-(legacy Keras 2). The Plan chooses the family (plan.py: `_keras`); every other module reads `plan.family` for what
-it needs, never the family's name.
+"""The two Keras families distrain drives, Keras 3 (`keras`) and tf_keras (legacy Keras 2): which one a script
+gets (`choose`, for the Plan: the one plain `python train.py` would get here), and what differs between them,
+declared once (`KerasFamily`); every other module reads `plan.family` for what it needs, never the family's name.
 
 Each field names a difference the code acts on, and where: keeping them here means a third family (or a Keras 3
 that behaves like tf_keras in one respect) is one new row, not a search through the package.
@@ -8,7 +8,14 @@ that behaves like tf_keras in one respect) is one new row, not a search through 
 
 from __future__ import annotations
 
+import os
+import re
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from .errors import ConfigError
+from .settings import flag
 
 
 @dataclass(frozen=True)
@@ -43,3 +50,109 @@ TF_KERAS = KerasFamily("legacy", "tf_keras", aliased_as_keras=True, needs_strate
                        horovod_keras_api=True, subclasses_backup_and_restore=True, starts_by_skipping_steps=False,
                        keeps_the_first_epochs_length=True, end_weights="end")
 FAMILIES = {family.name: family for family in (KERAS3, TF_KERAS)}
+
+
+# the distributions the Keras decision depends on, by normalised name (PEP 503), and the package each one is: a
+# pre-release of TensorFlow requires `keras-nightly`, which installs the package `keras` too
+_VERSIONED = {"tensorflow": "tensorflow", "tensorflow_cpu": "tensorflow", "tf_nightly": "tensorflow",
+              "tf_nightly_cpu": "tensorflow", "keras": "keras", "keras_nightly": "keras", "tf_keras": "tf_keras",
+              "tf_keras_nightly": "tf_keras"}
+
+
+# where a Keras package says its own version, for one installed without the metadata expected
+_VERSION_FILES = {"keras": ("keras/src/version.py", "keras/version.py"), "tf_keras": ("tf_keras/__init__.py",)}
+
+
+_VERSION_LINE = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
+
+
+def installed_versions(paths: list[str] | None = None) -> dict[str, str]:
+    """Versions of the packages the Keras decision depends on, without importing them: from the names of their
+    `NAME-VERSION.dist-info` directories on sys.path (the wheel format puts both there), the first on the path
+    winning, as for imports. What importlib.metadata reads, without its import (20 ms of CPU in every worker)."""
+    found: dict[str, str] = {}
+    for entry in sys.path if paths is None else paths:
+        try:
+            names = sorted(os.listdir(entry or "."))
+        except OSError:
+            continue
+        for name in names:
+            stem, dot, kind = name.rpartition(".")
+            dist, _, version = stem.partition("-")
+            package = _VERSIONED.get(re.sub(r"[-_.]+", "_", dist).lower())
+            if dot and kind in ("dist-info", "egg-info") and package and version and package not in found:
+                found[package] = version.split("-")[0]
+        for package, files in _VERSION_FILES.items():
+            version = next(filter(None, (_version_in(entry, f) for f in files)), None) \
+                if package not in found and package in names else None
+            if version:
+                found[package] = version
+    return found
+
+
+def _version_in(entry: str, relative: str) -> str | None:
+    try:
+        with open(os.path.join(entry or ".", relative)) as handle:
+            match = _VERSION_LINE.search(handle.read(4096))
+    except OSError:
+        return None
+    return match.group(1) if match else None
+
+
+def _major_minor(version: str | None) -> tuple[int, int]:
+    match = re.match(r"(\d+)\.(\d+)", version or "")
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+
+
+# A script asks for tf_keras by importing it, or by setting TF_USE_LEGACY_KERAS itself before importing TensorFlow
+# (os.environ["TF_USE_LEGACY_KERAS"] = "1", os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")).
+_ASKS_FOR_TF_KERAS = re.compile(
+    r"^\s*(import tf_keras|from tf_keras[\s.])|TF_USE_LEGACY_KERAS['\"]\s*(\]\s*=|,)\s*['\"](1|true|True)['\"]",
+    re.MULTILINE)
+
+
+# Horovod's Keras API (horovod.tensorflow.keras, horovod.keras) drives tf_keras only: with Keras 3 its callbacks
+# fail and its DistributedOptimizer silently averages nothing (horovod#4290)
+_USES_HOROVOD_KERAS = re.compile(
+    r"^\s*(import horovod\.(tensorflow\.)?keras|from horovod\.(tensorflow\.)?keras[\s.]"
+    r"|from horovod(\.tensorflow)? import keras)", re.MULTILINE)
+
+
+# Horovod's TensorFlow API with tf.keras models, as Horovod's TF2 examples and docs write it
+# (hvd.DistributedGradientTape, hvd.broadcast_variables(model.variables), opt.variables()): Keras 2 idioms, and
+# Keras 3 variables have no .ref() for Horovod. A script that imports Keras 3 itself (`import keras`) keeps it.
+_USES_HOROVOD_TF_WITH_TF_KERAS = re.compile(r"^\s*(import horovod\.tensorflow(\s|$)|from horovod\.tensorflow import|"
+                                            r"from horovod import tensorflow)", re.MULTILINE)
+
+
+_IMPORTS_KERAS_3 = re.compile(r"^\s*(import keras(\s|$|,)|from keras[\s.])", re.MULTILINE)
+
+
+def uses_horovod_tensorflow(source: str) -> bool:
+    """The script imports Horovod's TensorFlow API itself (then, with Keras 3, compat/keras3_horovod adapts it,
+    whatever the mode: a Horovod script also runs as one process)."""
+    return bool(_USES_HOROVOD_TF_WITH_TF_KERAS.search(source))
+
+
+def choose(env: Mapping[str, str], source: str, versions: Mapping[str, str]) -> tuple[str, str]:
+    """("keras3" | "legacy", why): the Keras that `python train.py` would get here, unless DISTRAIN_KERAS says."""
+    requested = (env.get("DISTRAIN_KERAS") or "auto").strip().lower()
+    if requested not in ("auto", "legacy", "keras3"):
+        raise ConfigError(f"unknown DISTRAIN_KERAS={requested!r}: use auto, legacy (tf_keras) or keras3")
+    if requested != "auto":
+        return requested, f"DISTRAIN_KERAS={requested}"
+    if flag(env, "TF_USE_LEGACY_KERAS"):
+        return "legacy", "TF_USE_LEGACY_KERAS=1 is set: tf.keras is tf_keras"
+    if _ASKS_FOR_TF_KERAS.search(source):
+        return "legacy", "the script imports tf_keras or sets TF_USE_LEGACY_KERAS"
+    if _USES_HOROVOD_KERAS.search(source):
+        return "legacy", "the script uses Horovod's Keras API, which drives tf_keras only (horovod#4290)"
+    if uses_horovod_tensorflow(source) and not _IMPORTS_KERAS_3.search(source):
+        return "legacy", ("the script uses Horovod's TensorFlow API with tf.keras, written for Keras 2 "
+                          "(opt.variables(), variables with .ref())")
+    tf = versions.get("tensorflow")
+    if tf and _major_minor(tf) < (2, 16):
+        return "legacy", f"TensorFlow {tf} < 2.16: tf.keras is Keras 2"
+    if _major_minor(versions.get("keras"))[0] < 3:
+        return "legacy", "Keras 3 is not installed"
+    return "keras3", f"Keras {versions['keras']}: what `python train.py` gets with TensorFlow {tf or '?'}"

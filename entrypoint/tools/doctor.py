@@ -59,7 +59,7 @@ def _doctor_host(plan: Plan | None, problems: list[str]) -> None:
     except ImportError:
         pass
     typer.echo(_container_tools())
-    from ..plan import gpu_device_files
+    from ..gpus import gpu_device_files
     from .hostcheck import driver_lines, shared_memory
 
     visible = plan.gpus_visible if plan else ()

@@ -25,7 +25,7 @@ LAUNCH = {
     "horovod": ([*MPIRUN, DISTRAIN, "run"], 2),
 }
 # Horovod's Keras API drives tf_keras only (horovod#4290): distrain's Keras `auto` sees the script import it and
-# picks tf_keras by itself (plan._keras_family), so no script here needs DISTRAIN_KERAS
+# picks tf_keras by itself (keras_family.choose), so no script here needs DISTRAIN_KERAS
 
 
 # One process runs a script's own distribution code the same way whatever the script (a strategy of one worker, a

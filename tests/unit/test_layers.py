@@ -12,7 +12,8 @@ from helpers import ROOT
 PACKAGE = ROOT / "entrypoint"
 LAYERS = [  # bottom to top; a module's layer is that of the longest prefix naming it
     ("base", ["errors", "log", "startup_stop"]),
-    ("decision", ["workdirs", "slurm", "runs", "ports", "keras_family", "plan", "devices", "peers", "endings"]),
+    ("decision", ["settings", "workdirs", "slurm", "runs", "ports", "gpus", "world", "keras_family", "plan",
+                  "devices", "peers", "endings"]),
     ("setup", ["engines", "compat", "runtime"]),
     ("inside fit", ["fit"]),
     ("the run", ["runner", "restarts", "launcher"]),
@@ -136,14 +137,16 @@ def test_the_keras_family_is_named_only_where_the_plan_decides_it():
     """One Keras seam: plan.py chooses the family, keras_family.py says what differs; everything else reads
     `plan.family`'s named differences, never compares the family's name."""
     named = [f"{path.relative_to(ROOT)}:{number}" for path in sorted(PACKAGE.rglob("*.py"))
-             if path.name not in ("plan.py", "keras_family.py")
+             if path.name not in ("plan.py", "keras_family.py")  # the Plan's value, chosen there
              for number, line in enumerate(path.read_text().splitlines(), 1) if FAMILY_NAMES.search(line)]
     assert not named, named
 
 
-# plan.py reads the settings; the helpers detect calls with the environment it was given (slurm.py: the step,
-# runs.py: the run's identity, workdirs.py: the output root) belong to it. The rest, each with its reason:
-SETTINGS_READERS = {"plan.py", "slurm.py", "runs.py", "workdirs.py"}
+# plan.py reads the settings; the modules detect calls with the environment it was given (world.py: the ranks,
+# gpus.py, keras_family.py: the family, slurm.py: the step, runs.py: the run's identity, workdirs.py: the output
+# root, settings.py: how a value is read) belong to it. The rest, each with its reason:
+SETTINGS_READERS = {"plan.py", "slurm.py", "runs.py", "workdirs.py", "world.py", "gpus.py", "keras_family.py",
+                    "settings.py"}
 SETTINGS_EXCEPTIONS = {
     "tools/selftest.py": "SLURM_NTASKS of an allocation the self-test judges from its rows (selftest.job)",
     "tools/selftest_train.py": "DISTRAIN_SELFTEST_FAULT: the self-test's negative control, read by its worker only",

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from entrypoint.errors import ConfigError
-from entrypoint.plan import detect, probe_gpus
+from entrypoint.gpus import probe_gpus
+from entrypoint.plan import detect
 
 
 def test_no_environment_is_single_cpu():
@@ -250,7 +251,7 @@ def test_installed_versions_read_like_importlib_metadata():
     """What the Keras decision reads from the dist-info names, without importing importlib.metadata."""
     import importlib.metadata as metadata
 
-    from entrypoint.plan import installed_versions
+    from entrypoint.keras_family import installed_versions
 
     found = installed_versions()
     for package, dists in (("tensorflow", ("tensorflow", "tensorflow-cpu")), ("keras", ("keras",)),
@@ -263,7 +264,7 @@ def test_installed_versions_read_like_importlib_metadata():
 
 
 def test_installed_versions_first_on_the_path_wins(tmp_path):
-    from entrypoint.plan import installed_versions
+    from entrypoint.keras_family import installed_versions
 
     first, second = tmp_path / "a", tmp_path / "b"
     for folder, names in ((first, ["Keras-3.3.2.dist-info", "tf_keras-2.17.0-py3.11.egg-info"]),
@@ -278,7 +279,7 @@ def test_installed_versions_first_on_the_path_wins(tmp_path):
 def test_keras_3_is_found_under_the_nightly_names_and_by_its_own_version_file(tmp_path):
     """#68: `pip install tensorflow-cpu==2.22.0rc0` brings `keras-nightly` (package `keras`): Keras 3, not "Keras 3
     is not installed". A package without the metadata expected (a copy on PYTHONPATH) says its version itself."""
-    from entrypoint.plan import installed_versions
+    from entrypoint.keras_family import installed_versions
 
     nightly, copied = tmp_path / "nightly", tmp_path / "copied"
     for name in ("keras_nightly-3.16.0.dev2026112103.dist-info", "tensorflow_cpu-2.22.0rc0.dist-info", "keras"):
