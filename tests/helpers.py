@@ -35,6 +35,8 @@ HOROVOD_CYCLE_MS = "20"
 MPIRUN = ["mpirun", "--allow-run-as-root", "--tag-output", "-np", "2", "--bind-to", "none", "-x", "PATH",
           "-x", "PYTHONUNBUFFERED", "-mca", "btl_tcp_if_include", "lo", "-mca", "oob_tcp_if_include", "lo"]
 HOROVODRUN_GLOO = ["horovodrun", "-np", "2", "--gloo"]
+# TensorFlow's and gRPC's C++ INFO lines and absl's notice, which distrain's log filter drops (log.py)
+CPP_CHATTER = re.compile(r"^(\[\d/\d\] )?(I\d{4} \d\d:\d\d:\d\d|WARNING: All log messages before absl)", re.MULTILINE)
 
 
 def run_once(kept: Path, key: tuple, produce: Callable[[Path, Path], subprocess.CompletedProcess]) -> Path:

@@ -33,10 +33,7 @@ def test_keras3_under_mwm_trains_in_sync_from_different_starts(tmp_path):
     found = assert_trained_in_sync(out.stdout, workers=2)
     assert len({r["eval_accuracy"] for r in found}) == 1 and {r["predict"] for r in found} == {"8x2"}
     assert os.listdir(tmp_path) == ["m.keras"] and out.stdout.count("distrain: saved model to") == 1
-    control = run([DISTRAIN, "launch", "-n", "2", SCRIPT, "--start-apart", "--epochs", "1"],
-                  env=clean_env(DISTRAIN_HOOKS="0"))
-    assert control.returncode == 0, control.stdout[-3000:]
-    assert len({r["weights"] for r in results(control.stdout)}) == 2, "negative control did not diverge"
+    # the negative control (hooks off: the ranks diverge): test_single_and_mwm.py's, for both families
 
 
 @pytest.mark.core

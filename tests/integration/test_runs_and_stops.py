@@ -227,7 +227,6 @@ def test_a_stop_while_distrain_starts_exits_75_at_once_with_one_line(tmp_path):
         assert "Traceback" not in out and "Epoch 1/" not in out, out[-3000:]
 
 
-@pytest.mark.core
 def test_a_scripts_own_except_exception_cannot_swallow_the_stop(tmp_path):
     """A script that wraps its training in `try: ... except Exception:` (slow_steps.py run inside one) still
     stops on SIGTERM with exit 75 after its checkpoint, and the code after its `except` does not run."""

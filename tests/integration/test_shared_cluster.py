@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import DISTRAIN, Watched, clean_env, free_ports, run
+from helpers import CPP_CHATTER, DISTRAIN, Watched, clean_env, free_ports, run
 
 NOBODY = 65534
-CPP_CHATTER = re.compile(r"^(\[\d/\d\] )?(I\d{4} \d\d:\d\d:\d\d|WARNING: All log messages before absl)", re.MULTILINE)
 
 
 @pytest.fixture
@@ -152,10 +151,7 @@ def test_a_lost_peer_under_horovodrun_is_named_by_the_survivor():
 
 @pytest.mark.core
 def test_the_job_log_has_no_cpp_chatter_unless_asked_for():
-    quiet = run([DISTRAIN, "launch", "-n", "2", "examples/train.py", "--epochs", "2"])
-    assert quiet.returncode == 0, quiet.stdout[-3000:]
-    assert not CPP_CHATTER.search(quiet.stdout), CPP_CHATTER.findall(quiet.stdout)
-    assert "[0/2] Epoch 1/2" in quiet.stdout and "[0/2] distrain: mwm on 2 worker(s)" in quiet.stdout
+    # without it, none: test_single_and_mwm.py::test_mwm_synchronises_ranks_that_start_apart (both families)
     verbose = run([DISTRAIN, "launch", "-n", "2", "examples/train.py", "--epochs", "1"],
                   env=clean_env(DISTRAIN_VERBOSE="1"))
     assert verbose.returncode == 0 and CPP_CHATTER.search(verbose.stdout), verbose.stdout[-3000:]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from helpers import (
+    CPP_CHATTER,
     DISTRAIN,
     KERAS_FAMILIES,
     Watched,
@@ -53,6 +54,7 @@ def test_mwm_synchronises_ranks_that_start_apart(tmp_path, family):
     found = assert_trained_in_sync(out.stdout, workers=2)
     assert {r["rank"] for r in found} == {"0", "1"} and {r["size"] for r in found} == {"2"}
     assert "[0/2] Epoch 1/2" in out.stdout and "[1/2] Epoch" not in out.stdout  # progress from the chief only
+    assert not CPP_CHATTER.search(out.stdout), CPP_CHATTER.findall(out.stdout)  # rank-prefixed, no C++ INFO lines
     assert os.listdir(tmp_path) == ["m.keras"]
     load_model(model, family, input_shape=(16,))
 
