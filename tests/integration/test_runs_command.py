@@ -5,11 +5,10 @@ run; `rm` refuses the live one and deletes the others."""
 import json
 import os
 import re
-import signal
 import subprocess
 import time
 
-from helpers import DISTRAIN, ROOT, clean_env, run
+from helpers import DISTRAIN, ROOT, Watched, clean_env, run
 
 EXACT = str(ROOT / "tests" / "integration" / "scripts" / "exact_resume.py")
 SLOW = str(ROOT / "tests" / "integration" / "scripts" / "slow_steps.py")
@@ -33,8 +32,7 @@ def test_runs_lists_each_runs_state_and_the_command_that_resumes_it(tmp_path):
     failing = tmp_path / "failing.py"
     failing.write_text("raise ValueError('the data file is empty')\n")
     assert run([DISTRAIN, "run", str(failing)], env=env).returncode == 1
-    live = subprocess.Popen([DISTRAIN, "run", SLOW, "--step-seconds", "0.5", "--epochs", "50"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    live = Watched([DISTRAIN, "run", SLOW, "--step-seconds", "0.5", "--epochs", "50"], env)
     try:
         deadline = time.monotonic() + 60  # until it has started (its record is written before TensorFlow loads)
         while not list(output.glob("runs/slow_steps-*/workers/rank0.json")) and time.monotonic() < deadline:
@@ -53,8 +51,7 @@ def test_runs_lists_each_runs_state_and_the_command_that_resumes_it(tmp_path):
         refused = run([DISTRAIN, "runs", "rm", "-y", states["slow_steps.py"]["name"], "--dir", str(output)], env=env)
         assert refused.returncode == 2 and "running; stop it first" in refused.stdout, refused.stdout
     finally:
-        live.send_signal(signal.SIGKILL)
-        live.wait()
+        live.kill()
     # the stopped run's own resume command, as `distrain runs` prints it, resumes it
     resume = states[str(tmp_path / "stopped")]["resume"]
     resumed = subprocess.run(["bash", "-c", resume], env=env, capture_output=True, text=True, timeout=300)

@@ -1,6 +1,7 @@
 """What a run is: the same command resumes, another one starts fresh; a live run's state is not shared."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 from entrypoint import runs
 from entrypoint.errors import ConfigError
 from entrypoint.plan import detect
+from helpers import Watched
 
 
 def run_of(argv, **env):
@@ -101,17 +103,14 @@ def test_another_runs_state_is_refused_unless_told_to_start_over(tmp_path):
 
 
 def test_a_run_held_by_a_live_process_is_refused(tmp_path):
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from entrypoint import runs; "
-         f"runs.open_run({str(tmp_path)!r}, runs.RunIdentity('a', 'k', ''), 0, [], True, False); "
-         "print('held', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    holder = Watched([sys.executable, "-c", "import sys, time; from entrypoint import runs; "
+                      f"runs.open_run({str(tmp_path)!r}, runs.RunIdentity('a', 'k', ''), 0, [], True, False); "
+                      "print('held', flush=True); time.sleep(60)"], env=dict(os.environ))
+    with holder:
+        holder.until("^held$", timeout=60)
         with pytest.raises(ConfigError, match="in use by pid"):
             runs.open_run(str(tmp_path), identity("a", "k"), 0, [], True, False)
-    finally:
         holder.kill()
-        holder.wait()
     runs.open_run(str(tmp_path), identity("a", "k"), 0, [], True, False)  # free again once it is gone
 
 
