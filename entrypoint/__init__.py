@@ -93,11 +93,11 @@ def shard(dataset: Any) -> Any:
 
 def save(model: Any, path: str | os.PathLike, **kwargs: Any) -> None:
     """Save `model` so that only the chief's complete copy lands at `path` (atomic: temp + rename)."""
-    from .fit import checkpoint
+    from .fit import saves
 
     engine = _engine()
     original = getattr(type(model).save, "__wrapped__", type(model).save)
-    checkpoint.save_model(engine, model, path, original, **kwargs)
+    saves.save_model(engine, model, path, original, **kwargs)
 
 
 def distributed_tape(tape: Any) -> Any:

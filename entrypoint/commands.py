@@ -93,7 +93,7 @@ def run_script_command(script: str, args: list[str]) -> None:
 def _open_the_runs_state(plan: Any, path: str, args: list[str], logger: Any) -> None:
     """The run's state dir made private and writable, locked by this rank; the chief says new or resuming."""
     from . import runs
-    from .fit.checkpoint import check_writable
+    from .fit.saves import check_writable
     from .workdirs import prepare
 
     what = "the checkpoint directory (DISTRAIN_CHECKPOINT_DIR)"

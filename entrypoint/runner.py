@@ -3,7 +3,7 @@
 The hooks patch the Keras `Model` class in use (tf_keras by default): `compile` wraps the optimizer for Horovod,
 `fit` adds the broadcast / metric-average / checkpoint / signal callbacks (their per-step work observes the train
 function instead of a batch hook: steps.py) and silences progress on non-chief ranks, `save` goes through the
-atomic, chief-only `checkpoint.save_model`. DISTRAIN_HOOKS=0 turns them all off (for scripts that already
+atomic, chief-only `saves.save_model`. DISTRAIN_HOOKS=0 turns them all off (for scripts that already
 distribute themselves); the public API works either way.
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 from . import runs, startup_stop
 from .compat import adopt
 from .engines import Engine
-from .fit import batches, callback_state, checkpoint, resume, stages, stalls, steps, stopping, sync
+from .fit import batches, callback_state, checkpoint, resume, saves, stages, stalls, steps, stopping, sync
 from .log import configure as configure_log
 from .log import get as log
 
@@ -100,7 +100,7 @@ def install_hooks(engine: Engine, keras: Any, tf: Any, evened: batches.EvenedInp
         return orig_compile(*bound.args, **bound.kwargs)
 
     def save(self, filepath, *args, **kwargs):  # noqa: ANN001, ANN202
-        checkpoint.save_model(engine, self, filepath, orig_save, *args, **kwargs)
+        saves.save_model(engine, self, filepath, orig_save, *args, **kwargs)
 
     fit.__wrapped_original__ = orig_fit
     compile.__wrapped_original__ = orig_compile
@@ -129,7 +129,7 @@ def _record_stage(engine: Engine, stage: Any, stage_number: int, model: Any, his
     plan = engine.plan
     try:
         stages.record(stage.checkpoint_dir, history, signature, engine.rank,
-                      lambda path: checkpoint.save_weights_locally(plan, model, path), plan.family.end_weights)
+                      lambda path: saves.save_weights_locally(plan, model, path), plan.family.end_weights)
     except Exception as exc:  # noqa: BLE001 - OSError, h5py's and TensorFlow's own errors for a full disk
         log().warning(f"fit {stage_number}'s end state was not recorded ({checkpoint.why(exc)}): a rerun trains it "
                       "again")

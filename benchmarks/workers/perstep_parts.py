@@ -40,7 +40,7 @@ if args.part == "input":
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from entrypoint.fit import batches  # noqa: E402
+from entrypoint.fit import arrays, batches  # noqa: E402
 
 
 def callback_cost(callback, calls: int) -> float:
@@ -114,7 +114,7 @@ def keras_numpy():
 
 
 def positioned():
-    return batches.positioned_array_dataset((x, y), BATCH, True, first_epoch=0, epochs=1, skip=0)
+    return arrays.positioned_array_dataset((x, y), BATCH, True, first_epoch=0, epochs=1, skip=0)
 
 
 PIPELINES = {

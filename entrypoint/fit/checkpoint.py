@@ -1,7 +1,5 @@
-"""Safe saves and backup-and-restore.
+"""Backup-and-restore (the script's own saves: saves.py).
 
-- `save_model`: atomic (temp path beside the target, then rename), chief-only. In MWM reading ON_READ variables
-  is collective, so the chief reads them locally (compat/adopt.local_reads): a chief-only save completes.
 - `Backup`: Keras' BackupAndRestore (it already gives mid-epoch resume), plus a fallback to the previous checkpoint
   when the newest is corrupt, written by the chief alone in every mode (tf_keras has every MWM worker write).
 - Both backups record each checkpoint's position (epochs done, steps into the next: runs.write_position), for
@@ -19,102 +17,16 @@ import glob
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
 from .. import runs, workdirs
-from ..engines import Engine
-from ..errors import EnvironmentProblem
 from ..log import get as log
 from ..plan import Plan
 from ..runs import checkpoint_number, newest_checkpoint
 from . import callback_state
-
-
-def _temp_sibling(path: str, tag: str) -> str:
-    """A hidden path beside `path` with the same suffix (Keras picks the format from it)."""
-    parent, name = os.path.split(os.path.abspath(path))
-    stem, suffix = os.path.splitext(name)
-    if suffix not in (".keras", ".h5", ".hdf5"):
-        stem, suffix = name, ""
-    return os.path.join(parent, f".{stem}.{tag}-{os.getpid()}{suffix}")
-
-
-def _remove(path: str) -> None:
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, ignore_errors=True)
-    elif os.path.lexists(path):
-        os.unlink(path)
-
-
-def replace_atomically(tmp: str, path: str) -> None:
-    """Move a finished file or directory onto `path`; the old one stays until the new one is in place."""
-    if os.path.isdir(path) and not os.path.islink(path):
-        old = _temp_sibling(path, "old")
-        os.replace(path, old)
-        os.replace(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, path)
-
-
-def check_writable(directory: str, what: str) -> None:
-    """Fail with one clear line when `directory` cannot be created or written (before any training)."""
-    try:
-        os.makedirs(directory, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=".distrain-probe-"):
-            pass
-    except OSError as exc:
-        raise EnvironmentProblem(
-            f"{what} {directory} is not writable ({exc.strerror}): choose a writable directory"
-        ) from None
-
-
-def save_model(engine: Engine, model: Any, path: str | os.PathLike, save: Callable[..., Any], *args: Any,
-               **kwargs: Any) -> None:
-    """Save so that only the chief's complete copy ever appears at `path`. The chief is rank 0 now (engine.rank:
-    under Horovod elastic a survivor can become rank 0 after a reset)."""
-    plan, path = engine.plan, os.fspath(path)
-    if engine.rank != 0:
-        # Horovod: plain per-process copies. MWM: the chief saves with local reads (compat/adopt.local_reads), so
-        # nothing collective is left for the others to join, and a chief-only save in the script completes too.
-        return
-    parent = os.path.dirname(os.path.abspath(path))
-    check_writable(parent, "the model's directory")
-    tmp = _temp_sibling(path, "tmp")
-    try:
-        with _local_reads(plan):
-            save(model, tmp, *args, **kwargs)
-        replace_atomically(tmp, path)
-    except OSError as exc:
-        _remove(tmp)
-        raise EnvironmentProblem(
-            f"could not save the model to {path} ({exc.strerror or exc}): free space or choose another path; "
-            f"{'the previous model there is unchanged' if os.path.exists(path) else 'nothing was written there'}"
-        ) from None
-    except BaseException:
-        _remove(tmp)
-        raise
-    log().info(f"saved model to {path}")
-
-
-def save_weights_locally(plan: Plan, model: Any, path: str) -> None:
-    """The chief's model.save_weights, with no collective for the other ranks to join (see _local_reads)."""
-    with _local_reads(plan):
-        model.save_weights(path)
-
-
-def _local_reads(plan: Plan) -> Any:
-    """Under MWM, read ON_READ variables locally while saving (see compat/adopt.local_reads)."""
-    if plan.mode != "mwm" or plan.size < 2:
-        return contextlib.nullcontext()
-    import tensorflow as tf
-
-    from ..compat.adopt import local_reads
-
-    return local_reads(tf)
+from .saves import local_reads_for, remove_path
 
 
 @dataclass(frozen=True)
@@ -233,7 +145,7 @@ class TfKerasBackup:
             return
         if self._batch_begun is not None:
             self._training_state._ckpt_saved_batch.assign(self._batch_begun)  # as tf_keras' own hook left it
-        with _local_reads(self.plan):
+        with local_reads_for(self.plan):
             self.written = _write_guarded(lambda: super(TfKerasBackup, self)._backup(epoch=epoch, batch=batch),
                                           self.chief_dir)
         if self.written:
@@ -360,7 +272,7 @@ class Keras3Backup:
         def write() -> None:
             tmp = os.path.join(self.chief_dir, f".tmp-{os.getpid()}.weights.h5")
             try:
-                with _local_reads(self.plan):
+                with local_reads_for(self.plan):
                     self.model.save_weights(tmp)
                 os.replace(tmp, prefix + ".weights.h5")
                 runs.write_position(prefix, epochs_done, step, _length_to_record(self.hooks))
@@ -369,13 +281,13 @@ class Keras3Backup:
                     json.dump({"epochs_done": epochs_done}, handle)
                 os.replace(prefix + ".json.tmp", prefix + ".json")  # last: without it there is no checkpoint
             finally:
-                _remove(tmp)
+                remove_path(tmp)
 
         if not _write_guarded(write, self.chief_dir):
             return False
         for old in sorted(glob.glob(os.path.join(self.chief_dir, "ckpt-*.json")), key=checkpoint_number)[:-2]:
             for path in glob.glob(old[: -len(".json")] + ".*"):
-                _remove(path)
+                remove_path(path)
         workdirs.make_tree_private(self.chief_dir)
         return True
 
@@ -455,7 +367,7 @@ def _drop_checkpoint(directory: str, prefix: str) -> None:
     remaining = newest_checkpoint(directory)
     index = os.path.join(directory, "checkpoint")
     if remaining is None:
-        _remove(index)
+        remove_path(index)
         return
     name = os.path.basename(remaining)
     with open(index + ".tmp", "w") as handle:
@@ -472,7 +384,7 @@ def _write_guarded(write: Callable[[], Any], chief_dir: str) -> bool:
         return True
     except Exception as exc:  # noqa: BLE001 - OSError, h5py's and TensorFlow's own errors for ENOSPC/EDQUOT
         for path in set(glob.glob(os.path.join(chief_dir, "ckpt-*"))) - existing:
-            _remove(path)
+            remove_path(path)
         previous = newest_checkpoint(chief_dir)
         log().warning(f"checkpoint not written ({why(exc)}): "
                       + (f"the previous one ({previous}) stays; " if previous else "no earlier checkpoint; ")

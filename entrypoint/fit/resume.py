@@ -5,7 +5,7 @@ tf_keras' skips the steps already done but restarts the data, so it trains the e
 never the last ones; and a reshuffling input replays epoch 1's order in a new process. Two things are needed:
 
 - **The data position.** numpy input (the common `fit(x, y, batch_size, shuffle=True)`) is taken into one
-  pipeline over all remaining epochs (batches.positioned_array_dataset) whose epoch e order is drawn from
+  pipeline over all remaining epochs (array_input.positioned_array_dataset) whose epoch e order is drawn from
   (seed, e) alone; a resume at epoch E, step S starts it at E and leaves out S batches. A tf.data dataset of
   known length is repeated for the remaining epochs, the orders of the epochs done drawn first, S batches
   skipped. The same pipeline runs whether or not the run was ever stopped, so both train the same batches.
@@ -35,6 +35,7 @@ from typing import Any
 from .. import runs
 from ..compat import keras3_trainer
 from ..keras_family import KerasFamily
+from . import arrays as array_input
 from . import batches, skip_beneath, unknown_length
 
 _ENDLESS = -1  # tf.data.INFINITE_CARDINALITY
@@ -78,28 +79,28 @@ def position_input(arguments: dict, *, family: KerasFamily, checkpoint_dir: str,
     epochs = int(arguments.get("epochs") or 1)
     start = saved or Position(int(arguments.get("initial_epoch") or 0), 0)
     x = arguments["x"]
-    arrays = None if batches.is_dataset(x) else batches.take_validation_split(arguments)
+    arrays = None if array_input.is_dataset(x) else batches.take_validation_split(arguments)
     steps = _steps_per_epoch(arguments, arrays, start)
     position = _within(start, steps, epochs)
     if position.epoch >= epochs:  # stopped at the end of the fit's last epoch: nothing left to train
         arguments["initial_epoch"] = epochs
         return position
-    if batches.is_dataset(x) and arguments.get("steps_per_epoch"):  # an endless stream
+    if array_input.is_dataset(x) and arguments.get("steps_per_epoch"):  # an endless stream
         dataset, rank_share = _positioned_stream(x, position, steps, rank, size, replicas, note)
-    elif batches.is_dataset(x) and int(x.cardinality()) == _UNKNOWN:
+    elif array_input.is_dataset(x) and int(x.cardinality()) == _UNKNOWN:
         in_later_epoch = position.epoch > int(arguments.get("initial_epoch") or 0)
         steps, position, dataset, rank_share = _positioned_unknown_length(x, position, family, in_later_epoch,
                                                                           epochs, rank, size, replicas, note)
-    elif batches.is_dataset(x):
+    elif array_input.is_dataset(x):
         dataset, rank_share = _positioned_dataset(x, position, epochs, rank, size, replicas, note)
     else:
         batch_size = int(arguments.get("batch_size") or 32)
         shuffle = arguments.get("shuffle", True) is not False
-        dataset = batches.positioned_array_dataset(arrays, batch_size, shuffle, first_epoch=position.epoch,
+        dataset = array_input.positioned_array_dataset(arrays, batch_size, shuffle, first_epoch=position.epoch,
                                                    epochs=epochs, skip=position.step, rank=rank, size=size,
                                                    replicas=replicas)
         rank_share = size > 1
-    script_dataset = arguments["x"] if batches.is_dataset(arguments["x"]) else None
+    script_dataset = arguments["x"] if array_input.is_dataset(arguments["x"]) else None
     evened.add(dataset)
     for name in ("y", "sample_weight", "batch_size", "shuffle"):
         arguments.pop(name, None)
@@ -129,7 +130,7 @@ def build_from_input(model: Any, arguments: dict) -> None:
 
 def _input_shape(x: Any) -> tuple | None:
     """The shape of a batch of the model's input, batch dimension None; None where it is not one array."""
-    if x is not None and batches.is_dataset(x):
+    if x is not None and array_input.is_dataset(x):
         spec = x.element_spec
         spec = spec[0] if isinstance(spec, tuple) else spec
         shape = getattr(spec, "shape", None)
@@ -142,7 +143,7 @@ def _steps_per_epoch(arguments: dict, arrays: Any, start: Position) -> int | Non
     """Fit's steps per epoch for this input; None where its length is unknown and no checkpoint records it."""
     x = arguments["x"]
     if arrays is not None:
-        return batches.steps_per_epoch(arrays, int(arguments.get("batch_size") or 32))
+        return array_input.steps_per_epoch(arrays, int(arguments.get("batch_size") or 32))
     if arguments.get("steps_per_epoch"):
         return int(arguments["steps_per_epoch"])
     length = int(x.cardinality())
@@ -245,7 +246,7 @@ def _why_not_positionable(arguments: dict, family: KerasFamily) -> str | None:
     x = arguments.get("x")
     if family.starts_by_skipping_steps and _keras3_step_generator() is None:
         return "this Keras 3 has no epoch iterator distrain knows how to start mid-epoch"
-    if x is not None and batches.is_dataset(x):
+    if x is not None and array_input.is_dataset(x):
         length = int(x.cardinality())
         stream = bool(arguments.get("steps_per_epoch"))
         if length == _ENDLESS and not stream:
@@ -263,7 +264,7 @@ def _why_not_positionable(arguments: dict, family: KerasFamily) -> str | None:
         return None
     if arguments.get("steps_per_epoch"):
         return "steps_per_epoch over input that is not an endless tf.data dataset is not positioned"
-    if x is None or not batches.is_array_input(x):
+    if x is None or not array_input.is_array_input(x):
         return f"input of type {type(x).__name__} is not positioned by distrain"
     if arguments.get("y") is None and arguments.get("sample_weight") is not None:
         return "sample_weight without y"

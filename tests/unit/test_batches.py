@@ -1,21 +1,12 @@
-"""Global batches in every mode (entrypoint/fit/batches.py): the batch bounds, the ranks' shares, and real tf.data
-pipelines that partition each epoch between the ranks and never hand a replica an empty batch."""
+"""Global batches in every mode (entrypoint/fit/batches.py, arrays.py): the batch bounds, the ranks' shares, and
+real tf.data pipelines that partition each epoch between the ranks and never hand a replica an empty batch."""
 
 import numpy as np
 import pytest
 
 from entrypoint.compat.script_gpu_pinning import TaskGPUs
-from entrypoint.fit.batches import (
-    array_dataset,
-    batch_bounds,
-    batch_layout,
-    even_out_last_batch,
-    is_sharded,
-    pipeline_stages,
-    rank_slices,
-    share,
-    splits_cleanly,
-)
+from entrypoint.fit.arrays import array_dataset, batch_bounds, share, splits_cleanly
+from entrypoint.fit.batches import batch_layout, even_out_last_batch, is_sharded, pipeline_stages, rank_slices
 
 
 def sizes(bounds):
@@ -180,7 +171,7 @@ def test_pydataset_and_generator_batches_are_shared_between_the_ranks(tf):
 
 
 def test_exact_resumes_pipeline_gives_every_epoch_its_own_order_wherever_it_starts():
-    from entrypoint.fit.batches import positioned_array_dataset
+    from entrypoint.fit.arrays import positioned_array_dataset
 
     x = np.arange(10, dtype="float32")
     whole = [b.numpy().tolist() for b in positioned_array_dataset((x,), 4, True, first_epoch=0, epochs=3, skip=0)]
