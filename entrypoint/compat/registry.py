@@ -34,7 +34,7 @@ PROVEN = {
     "keras": "3.3.2, 3.15.1, 3.16.0.dev (keras-nightly)",
     "tf_keras": "2.17.0, 2.21.0",
     "horovod": "0.28.1",
-    "python": "3.10 to 3.12",
+    "python": "3.11",
 }
 _NAMES = {"tensorflow": "TensorFlow", "keras": "Keras", "tf_keras": "tf_keras", "horovod": "Horovod",
           "python": "Python"}
