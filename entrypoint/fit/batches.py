@@ -306,6 +306,7 @@ def adapt_fit_arguments(arguments: dict, keras: Any, *, rank: int, size: int, no
         arguments["x"] = array_dataset(arrays, batch_size, shuffle, rank, size)
         for name in ("y", "sample_weight", "batch_size"):
             arguments.pop(name, None)
+        arguments["shuffle"] = False  # the dataset draws the order: Keras' default True would warn it is ignored
         done = f"arrays in global batches of {batch_size}"
     elif x is not None and is_dataset(x) and is_sharded(x):
         note("the script shards its dataset itself: left as it is")

@@ -102,9 +102,10 @@ def position_input(arguments: dict, *, family: KerasFamily, checkpoint_dir: str,
         rank_share = size > 1
     script_dataset = arguments["x"] if array_input.is_dataset(arguments["x"]) else None
     evened.add(dataset)
-    for name in ("y", "sample_weight", "batch_size", "shuffle"):
+    for name in ("y", "sample_weight", "batch_size"):
         arguments.pop(name, None)
-    arguments.update(x=dataset, initial_epoch=position.epoch)
+    # the dataset draws the order: Keras' default shuffle=True would warn that it ignores it for a dataset
+    arguments.update(x=dataset, initial_epoch=position.epoch, shuffle=False)
     if steps is not None:
         arguments["steps_per_epoch"] = steps
     return dataclasses.replace(position, rank_share=rank_share, script_dataset=script_dataset)
