@@ -21,7 +21,7 @@ from .settings import flag
 @dataclass(frozen=True)
 class KerasFamily:
     name: str  # the Plan's value: keras3 | legacy
-    title: str  # as messages name it
+    module: str  # the package its scripts import (and its patches' targets are in: compat/registry.py)
     # runtime.setup: `import keras` must be made to mean the loaded tf_keras (compat/tf_keras_alias.py)
     aliased_as_keras: bool
     # runtime.setup: compat/keras3_mwm.py's fixes for fit under a strategy with several replicas
@@ -43,7 +43,7 @@ class KerasFamily:
     end_weights: str
 
 
-KERAS3 = KerasFamily("keras3", "Keras 3", aliased_as_keras=False, needs_strategy_fit_fixes=True,
+KERAS3 = KerasFamily("keras3", "keras", aliased_as_keras=False, needs_strategy_fit_fixes=True,
                      horovod_keras_api=False, subclasses_backup_and_restore=False, starts_by_skipping_steps=True,
                      keeps_the_first_epochs_length=False, end_weights="end.weights.h5")
 TF_KERAS = KerasFamily("legacy", "tf_keras", aliased_as_keras=True, needs_strategy_fit_fixes=False,
@@ -57,12 +57,8 @@ FAMILIES = {family.name: family for family in (KERAS3, TF_KERAS)}
 _VERSIONED = {"tensorflow": "tensorflow", "tensorflow_cpu": "tensorflow", "tf_nightly": "tensorflow",
               "tf_nightly_cpu": "tensorflow", "keras": "keras", "keras_nightly": "keras", "tf_keras": "tf_keras",
               "tf_keras_nightly": "tf_keras"}
-
-
 # where a Keras package says its own version, for one installed without the metadata expected
 _VERSION_FILES = {"keras": ("keras/src/version.py", "keras/version.py"), "tf_keras": ("tf_keras/__init__.py",)}
-
-
 _VERSION_LINE = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
 
 
@@ -109,22 +105,16 @@ def _major_minor(version: str | None) -> tuple[int, int]:
 _ASKS_FOR_TF_KERAS = re.compile(
     r"^\s*(import tf_keras|from tf_keras[\s.])|TF_USE_LEGACY_KERAS['\"]\s*(\]\s*=|,)\s*['\"](1|true|True)['\"]",
     re.MULTILINE)
-
-
 # Horovod's Keras API (horovod.tensorflow.keras, horovod.keras) drives tf_keras only: with Keras 3 its callbacks
 # fail and its DistributedOptimizer silently averages nothing (horovod#4290)
 _USES_HOROVOD_KERAS = re.compile(
     r"^\s*(import horovod\.(tensorflow\.)?keras|from horovod\.(tensorflow\.)?keras[\s.]"
     r"|from horovod(\.tensorflow)? import keras)", re.MULTILINE)
-
-
 # Horovod's TensorFlow API with tf.keras models, as Horovod's TF2 examples and docs write it
 # (hvd.DistributedGradientTape, hvd.broadcast_variables(model.variables), opt.variables()): Keras 2 idioms, and
 # Keras 3 variables have no .ref() for Horovod. A script that imports Keras 3 itself (`import keras`) keeps it.
 _USES_HOROVOD_TF_WITH_TF_KERAS = re.compile(r"^\s*(import horovod\.tensorflow(\s|$)|from horovod\.tensorflow import|"
                                             r"from horovod import tensorflow)", re.MULTILINE)
-
-
 _IMPORTS_KERAS_3 = re.compile(r"^\s*(import keras(\s|$|,)|from keras[\s.])", re.MULTILINE)
 
 

@@ -15,15 +15,15 @@ fails on a replacement or private read with no such marker, and on a marker or e
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import importlib.util
 import inspect
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import EnvironmentProblem
-from ..keras_family import FAMILIES, KERAS3, TF_KERAS
+from ..keras_family import FAMILIES, KERAS3, TF_KERAS, installed_versions
 
 ALL_MODES = frozenset({"single", "mirrored", "mwm", "horovod"})
 STRATEGY_MODES = frozenset({"mirrored", "mwm"})
@@ -38,8 +38,6 @@ PROVEN = {
 }
 _NAMES = {"tensorflow": "TensorFlow", "keras": "Keras", "tf_keras": "tf_keras", "horovod": "Horovod",
           "python": "Python"}
-_DISTRIBUTIONS = {"tensorflow": ("tensorflow-cpu", "tensorflow", "tf-nightly"), "keras": ("keras", "keras-nightly"),
-                  "tf_keras": ("tf-keras", "tf_keras"), "horovod": ("horovod",)}
 
 
 @dataclass(frozen=True)
@@ -56,6 +54,10 @@ class Patch:
 
     def applies(self, family: str, mode: str) -> bool:
         return family in self.families and mode in self.modes
+
+    def library_for(self, family: str) -> str:
+        """Whose internals the targets are under `family`: a `keras` target is tf_keras' under tf_keras."""
+        return TF_KERAS.module if family == TF_KERAS.name and self.library == KERAS3.module else self.library
 
 
 def _p(name: str, what: str, kind: str, lifetime: str, why: str, targets: tuple[str, ...], library: str,
@@ -174,8 +176,7 @@ PATCHES: tuple[Patch, ...] = (
        ("tensorflow:config.list_physical_devices", "tensorflow:config.set_visible_devices",
         "tensorflow:config.experimental.set_memory_growth"), "tensorflow"),
     _p("stopping.strategy_launchers", "the strategy's own all-reduce launcher and options for the stop check",
-       "reads",
-       "process", "a stop agreed without a traced function (falls back to the public way)",
+       "reads", "process", "a stop agreed without a traced function (falls back to the public way)",
        ("tensorflow.python.distribute.cross_device_ops:CollectiveAllReduce",), "tensorflow", modes=STRATEGY_MODES),
     _p("tfdata.pipeline_stages", "tf.data stages' inputs, batch sizes, buffers, seeds and map functions", "reads",
        "call", "input split, evened and positioned without reading it (any surprise: the public way)",
@@ -197,8 +198,8 @@ def _resolve(spec: str, family: str) -> tuple[Any, list[str]]:
     """The object a `module:qualified.name(params)` spec names, and the params it should start with."""
     path, _, params = spec.partition("(")
     module_name, _, qualname = path.partition(":")
-    if family == TF_KERAS.name and (module_name == "keras" or module_name.startswith("keras.")):
-        module_name = "tf_keras" + module_name[len("keras"):]
+    if family == TF_KERAS.name and module_name.split(".")[0] == KERAS3.module:
+        module_name = TF_KERAS.module + module_name[len(KERAS3.module):]
     found: Any = importlib.import_module(module_name)
     for part in qualname.split("."):
         found = getattr(found, part)
@@ -207,24 +208,23 @@ def _resolve(spec: str, family: str) -> tuple[Any, list[str]]:
 
 def _check_one(spec: str, family: str) -> str | None:
     """None if the target is there and takes the parameters named; else what is wrong."""
-    optional = spec.endswith("?")
-    problems = []
+    optional, absent, changed = spec.endswith("?"), [], []
     for alternative in spec.rstrip("?").split("|"):
+        name = alternative.split("(")[0]
         try:
             found, params = _resolve(alternative, family)
         except (ImportError, AttributeError) as exc:
-            problems.append(f"{alternative.split('(')[0]}: {exc}")
+            absent.append(f"{name}: {exc}")
             continue
-        if params:
-            try:
-                actual = list(inspect.signature(found).parameters)
-            except (TypeError, ValueError):
-                actual = []
-            if actual[:len(params)] != params:
-                problems.append(f"{alternative.split('(')[0]} takes ({', '.join(actual)}), not ({', '.join(params)})")
-                continue
-        return None
-    return None if optional and all(": " in p for p in problems) else "; ".join(problems)
+        try:
+            actual = list(inspect.signature(found).parameters) if params else params
+        except (TypeError, ValueError):
+            actual = []
+        if actual[:len(params)] == params:
+            return None
+        changed.append(f"{name} takes ({', '.join(actual)}), not ({', '.join(params)})")
+    # an optional target may be absent (the fix then does nothing); one that is there must be the one known
+    return "; ".join(changed) or (None if optional else "; ".join(absent))
 
 
 def library_version(library: str) -> str:
@@ -237,12 +237,8 @@ def library_version(library: str) -> str:
     module = sys.modules.get(library)
     if getattr(module, "__version__", None):
         return str(module.__version__)
-    for distribution in _DISTRIBUTIONS.get(library, (library,)):
-        try:
-            return importlib.metadata.version(distribution)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return str(getattr(importlib.import_module(library), "__version__", "?"))
+    known = installed_versions().get(library)  # tensorflow, keras, tf_keras under any distribution name
+    return known or str(getattr(importlib.import_module(library), "__version__", "?"))
 
 
 def installed(library: str) -> bool:
@@ -255,34 +251,39 @@ def check(patch: Patch, family: str) -> str | None:
     return "; ".join(problems) or None
 
 
-def verify(family: str, mode: str) -> int:
-    """Check the entries a run in `mode` on `family` uses; raise EnvironmentProblem (one line) at the first that
-    moved. Returns how many were checked."""
-    used = [p for p in PATCHES if p.applies(family, mode)]
+def moved(family: str, mode: str) -> Iterator[EnvironmentProblem]:
+    """The refusal of each entry a run in `mode` on `family` uses whose target is not the one distrain knows
+    (entries of a library not installed here are left to the run that needs it)."""
+    used = [p for p in PATCHES if p.applies(family, mode) and installed(p.library_for(family))]
     for patch in used:
         if (problem := check(patch, family)) is not None:
-            raise refusal(patch, problem)
-    return len(used)
+            yield refusal(patch, problem, family)
 
 
-def refusal(patch: Patch, problem: str) -> EnvironmentProblem:
-    name = _NAMES[patch.library]
-    instead = "use DISTRAIN_KERAS=legacy (tf_keras), or a Keras" if patch.library == "keras" else "install a version"
+def verify(family: str, mode: str) -> None:
+    """Raise the first refusal (one line) among the entries a run in `mode` on `family` uses."""
+    for problem in moved(family, mode):
+        raise problem
+
+
+def refusal(patch: Patch, problem: str, family: str) -> EnvironmentProblem:
+    library = patch.library_for(family)
+    name = _NAMES[library]
+    instead = "use DISTRAIN_KERAS=legacy (tf_keras), or a Keras" if library == "keras" else "install a version"
     return EnvironmentProblem(
-        f"{name} {library_version(patch.library)}: {problem}: distrain's {patch.name} ({patch.what}) cannot work "
-        f"with it: {instead} distrain was proven with ({name} {PROVEN[patch.library]}; `distrain doctor` lists "
+        f"{name} {library_version(library)}: {problem}: distrain's {patch.name} ({patch.what}) cannot work "
+        f"with it: {instead} distrain was proven with ({name} {PROVEN[library]}; `distrain doctor` lists "
         "every patch)")
 
 
 def report() -> list[str]:
     """One line per entry and Keras family installed here: ok, MOVED (and what), or not installed."""
-    families = [f for f, module in ((KERAS3.name, "keras"), (TF_KERAS.name, "tf_keras")) if installed(module)]
+    families = [f.name for f in FAMILIES.values() if installed(f.module)]
     lines = []
     for patch in PATCHES:
         modes = "all modes" if patch.modes == ALL_MODES else "/".join(sorted(patch.modes))
         for family in sorted(patch.families & set(families)) or sorted(patch.families):
-            library = "tf_keras" if family == TF_KERAS.name and patch.library == "keras" else patch.library
-            if family not in families or not installed(library):
+            if family not in families or not installed(patch.library_for(family)):
                 state = "not installed"
             else:
                 state = "ok" if (problem := check(patch, family)) is None else f"MOVED: {problem}"

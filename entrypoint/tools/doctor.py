@@ -112,10 +112,7 @@ def _doctor_patches(plan: Plan | None, problems: list[str]) -> None:
     for line in registry.report():
         typer.echo(f"  {line}")
     if plan is not None:
-        for patch in registry.PATCHES:
-            used = patch.applies(plan.keras, plan.mode) and registry.installed(patch.library)
-            if used and (problem := registry.check(patch, plan.keras)) is not None:
-                problems.append(str(registry.refusal(patch, problem)))
+        problems.extend(str(refusal) for refusal in registry.moved(plan.keras, plan.mode))
 
 
 def _doctor_horovod(plan: Plan | None, problems: list[str]) -> None:

@@ -23,9 +23,10 @@ pytestmark = pytest.mark.unit
 
 PACKAGE = Path(__file__).resolve().parents[2] / "entrypoint"
 MARKER = re.compile(r"#.*?\bpatch: ([\w.]+)")
-# distrain's own objects (its state, its loggers, the datasets and options it makes) and the public os._exit
-OWN_ROOTS = {"self", "cls", "progress", "run", "_THIS_PROCESS", "_STOP", "flag", "_LOGGER", "step_ends", "options",
-             "inside", "distrain", "held", "fit", "compile"}
+# distrain's own objects (its state, its logger, the tf.data options it makes, its thread-local flags, the package)
+# and the public os._exit
+OWN_ROOTS = {"self", "cls", "progress", "run", "_THIS_PROCESS", "_STOP", "flag", "_LOGGER", "options", "inside",
+             "distrain"}
 ALLOWED = {"os._exit", "sys.argv"}
 
 
@@ -192,3 +193,14 @@ def test_a_run_whose_target_moved_is_refused_in_one_line_naming_the_library(libr
     message = str(refused.value)
     assert message.startswith("Horovod 9.9: moved: distrain's test.moved") and "\n" not in message, message
     assert "install a version distrain was proven with (Horovod 0.28.1" in message
+
+
+def test_a_keras_entry_that_moved_under_tf_keras_names_tf_keras(monkeypatch):
+    """runner.model_hooks' targets are tf_keras' under tf_keras: its refusal names tf_keras and its version, and
+    does not advise DISTRAIN_KERAS=legacy (the run is on it already)."""
+    monkeypatch.setattr(registry, "library_version", lambda library: f"{library}-9.9")
+    message = str(registry.refusal(registry.BY_NAME["runner.model_hooks"], "moved", "legacy"))
+    assert message.startswith("tf_keras tf_keras-9.9: moved: distrain's runner.model_hooks"), message
+    assert "DISTRAIN_KERAS" not in message and "tf_keras 2.17.0, 2.21.0" in message, message
+    keras3 = str(registry.refusal(registry.BY_NAME["runner.model_hooks"], "moved", "keras3"))
+    assert keras3.startswith("Keras keras-9.9: moved") and "DISTRAIN_KERAS=legacy" in keras3, keras3
