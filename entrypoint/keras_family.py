@@ -41,14 +41,18 @@ class KerasFamily:
     # fit/stages.py: a finished fit's weights, as `save_weights` names them (Keras 3 needs .weights.h5; tf_keras
     # writes a TensorFlow checkpoint)
     end_weights: str
+    # runner.py's compile: under MWM the steps' synchronised logs are summed again over the workers unless the
+    # model's reduction is "first" (compat/tf_keras_mwm.py)
+    sums_step_logs_over_workers: bool
 
 
 KERAS3 = KerasFamily("keras3", "keras", aliased_as_keras=False, needs_strategy_fit_fixes=True,
                      horovod_keras_api=False, subclasses_backup_and_restore=False, starts_by_skipping_steps=True,
-                     keeps_the_first_epochs_length=False, end_weights="end.weights.h5")
+                     keeps_the_first_epochs_length=False, end_weights="end.weights.h5",
+                     sums_step_logs_over_workers=False)
 TF_KERAS = KerasFamily("legacy", "tf_keras", aliased_as_keras=True, needs_strategy_fit_fixes=False,
                        horovod_keras_api=True, subclasses_backup_and_restore=True, starts_by_skipping_steps=False,
-                       keeps_the_first_epochs_length=True, end_weights="end")
+                       keeps_the_first_epochs_length=True, end_weights="end", sums_step_logs_over_workers=True)
 FAMILIES = {family.name: family for family in (KERAS3, TF_KERAS)}
 
 

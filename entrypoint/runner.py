@@ -2,9 +2,10 @@
 
 The hooks patch the Keras `Model` class in use (tf_keras by default): `compile` wraps the optimizer for Horovod,
 `fit` adds the broadcast / metric-average / checkpoint / signal callbacks (their per-step work observes the train
-function instead of a batch hook: steps.py) and silences progress on non-chief ranks, `save` goes through the
-atomic, chief-only `saves.save_model`. DISTRAIN_HOOKS=0 turns them all off (for scripts that already
-distribute themselves); the public API works either way.
+function instead of a batch hook: steps.py) and silences progress on non-chief ranks, `save` and `save_weights`
+go through the atomic, chief-only writes of saves.ScriptSaves, visible to every rank when its call returns.
+DISTRAIN_HOOKS=0 turns them all off (for scripts that already distribute themselves); the public API works either
+way.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import runs, startup_stop
-from .compat import adopt
+from .compat import adopt, tf_keras_mwm
 from .engines import Engine
 from .fit import batches, callback_state, checkpoint, resume, saves, stages, stalls, steps, stopping, sync
 from .log import configure as configure_log
@@ -57,7 +58,7 @@ def install_hooks(engine: Engine, keras: Any, tf: Any, evened: batches.EvenedInp
     model_cls = keras.Model
     if getattr(model_cls, "_distrain_hooked", False):
         return
-    orig_fit, orig_compile, orig_save = model_cls.fit, model_cls.compile, model_cls.save
+    orig_fit, orig_compile = model_cls.fit, model_cls.compile
     fit_sig = inspect.signature(orig_fit)
     compile_sig = inspect.signature(orig_compile)
 
@@ -87,7 +88,7 @@ def install_hooks(engine: Engine, keras: Any, tf: Any, evened: batches.EvenedInp
             resume.build_before_restore(self, args_, stage.checkpoint_dir)
         _progress_from_the_chief_only(engine, args_)
         with resume.starting_at(plan.family, self, fit_callbacks.position), \
-                steps.observed(self, fit_callbacks.step_ends):
+                steps.observed(self, fit_callbacks.step_ends), saves.callback_files_aside(engine, keras, user):
             history = orig_fit(*bound.args, **bound.kwargs)
         if backup is not None:
             _record_stage(engine, stage, stage_number, self, history, fit_signature)
@@ -97,16 +98,37 @@ def install_hooks(engine: Engine, keras: Any, tf: Any, evened: batches.EvenedInp
     def compile(self, *args, **kwargs):  # noqa: ANN001, ANN202, A001
         bound = compile_sig.bind(self, *args, **kwargs)
         _adapt_optimizer(engine, keras, bound.arguments)
-        return orig_compile(*bound.args, **bound.kwargs)
-
-    def save(self, filepath, *args, **kwargs):  # noqa: ANN001, ANN202
-        saves.save_model(engine, self, filepath, orig_save, *args, **kwargs)
+        compiled = orig_compile(*bound.args, **bound.kwargs)
+        if plan.family.sums_step_logs_over_workers and plan.mode == "mwm" and engine.size > 1:
+            tf_keras_mwm.first_replicas_logs(self)
+        return compiled
 
     fit.__wrapped_original__ = orig_fit
     compile.__wrapped_original__ = orig_compile
     # patch: runner.model_hooks
-    model_cls.fit, model_cls.compile, model_cls.save = fit, compile, functools.wraps(orig_save)(save)
+    model_cls.fit = fit
+    _hook_saves(engine, model_cls)
+    # compile where Keras defines it (Keras 3: its base Trainer): a loaded model's compile_from_config compiles
+    # only where `compile` is that class's own, and would leave a model load_model returns uncompiled
+    compile_owner = next(cls for cls in model_cls.__mro__ if "compile" in vars(cls))
+    compile_owner.compile = compile
     model_cls._distrain_hooked = True
+
+
+def _hook_saves(engine: Engine, model_cls: type) -> None:
+    """save and save_weights through saves.ScriptSaves: written once, seen by every rank when its call returns."""
+    script_saves = saves.ScriptSaves(engine)
+    orig_save, orig_save_weights = model_cls.save, model_cls.save_weights
+
+    def save(self, filepath, *args, **kwargs):  # noqa: ANN001, ANN202
+        script_saves.save(self, filepath, orig_save, *args, **kwargs)
+
+    def save_weights(self, filepath, *args, **kwargs):  # noqa: ANN001, ANN202
+        script_saves.save(self, filepath, orig_save_weights, *args, **kwargs)
+
+    # patch: runner.model_hooks
+    model_cls.save = functools.wraps(orig_save)(save)
+    model_cls.save_weights = functools.wraps(orig_save_weights)(save_weights)
 
 
 def _restore_finished_stage(engine: Engine, keras: Any, stage: Any, stage_number: int, model: Any, arguments: dict,
@@ -175,7 +197,7 @@ def _compose_callbacks(engine: Engine, keras: Any, tf: Any, stage: Any, stage_nu
             _say(engine, f"a resume cannot give back {lost}: they are those of the epochs since it")
         after.append(backup)
     stop = stopping.make_callback(stage, keras, tf, engine, backup, signals,
-                                  position.learnt_length if position is not None else None)
+                                  position.learnt_length if position is not None else None, tuple(user))
     after.append(stop)
     if engine.plan.elastic:  # the ranks now: Horovod elastic renumbers them in a reset (never under distrain launch)
         configure_log(f"[{engine.rank}/{engine.size}] ")

@@ -31,6 +31,7 @@ IDENTITY_FILE = "run.json"
 POSITION_SUFFIX = ".position"  # ckpt-N.position beside each checkpoint: where a resume from it starts
 CHIEF_DIR = "chief"  # <stage>/chief/: the chief's checkpoints (ckpt-N.*), the only rank that writes them
 STAGE_PREFIX = "fit-"  # fit-<K>/: the checkpoints of the script's K-th fit (the first fit's are in the run dir)
+SAVES_RECORD = ".saves"  # how many of the script's saves the chief has made, and the last one's outcome (fit/saves.py)
 
 
 @dataclass(frozen=True)
@@ -194,6 +195,8 @@ def open_run(state_dir: str, run: RunIdentity, rank: int, command: Sequence[str]
             "DISTRAIN_CHECKPOINT_DIR, name both the same with DISTRAIN_RUN to continue it with other arguments, "
             "or set DISTRAIN_RESUME=0 to start over there")
     if rank == 0:
+        with contextlib.suppress(FileNotFoundError):  # an earlier attempt's count of the script's saves (fit/saves.py)
+            os.unlink(os.path.join(state_dir, SAVES_RECORD))
         if not resume:  # the checkpoints, each rank's own state beside them (rank_state.py), the later fits'
             for kept in (CHIEF_DIR, "ranks", *map(os.path.basename, glob.glob(os.path.join(state_dir, "fit-*")))):
                 shutil.rmtree(os.path.join(state_dir, kept), ignore_errors=True)

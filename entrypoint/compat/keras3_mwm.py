@@ -33,6 +33,9 @@ raises, so the run is refused at start-up with one line rather than failing late
    batch smaller than the replicas) computes 0/0 = NaN, which the loss tracker keeps (NaN x weight 0), so the
    logged loss reads `nan` (tensorflow/tensorflow#36224). Later Keras 3 divides with `divide_no_nan`; so does
    this fix.
+8. `predict_on_batch` hands its batch, undistributed, to every replica and concatenates what they return: under N
+   replicas it returns N copies of the predictions, one after the other (Keras 3.3 to 3.16). The first replica's
+   copy is the one process's answer.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ _REDUCE_INPUT_BATCH = re.compile(r"""\.reduce\(\s*["']MEAN["'],\s*maybe_distribu
 _UINT32_STATE = re.compile(r"""dtype=["']uint32["']""")
 _REDUCE_IN_MERGE_CALL = re.compile(r"""grads_and_vars = self\._all_reduce_sum_gradients\(""")
 _CLIPS_BEFORE_REDUCE = re.compile(r"""grads = self\._clip_gradients\(grads\)""")
+_PREDICT_UNDISTRIBUTED = re.compile(r"""self\.predict_function\(\[\(x,\)\]\)""")
 
 
 def _source(obj: Any) -> str:
@@ -132,11 +136,34 @@ def _apply(tf: Any, version: str) -> list[str]:
     if hasattr(losses, "reduce_values") and "divide_no_nan" not in _source(losses.reduce_values):
         losses.reduce_values = _mean_no_nan(losses.reduce_values)
         applied.append("empty-batch losses are 0, not NaN (tf#36224)")
+    applied += _one_copy_from_predict_on_batch(trainer_cls, tf)
     # patch: keras3_mwm.int64_seeds
     if _UINT32_STATE.search(_source(seeds.SeedGenerator.__init__)):
         seeds.SeedGenerator.__init__ = _int64_seed_state(seeds.SeedGenerator.__init__)
         applied.append("int64 SeedGenerator state (keras#19928)")
     return applied
+
+
+def _one_copy_from_predict_on_batch(trainer_cls: type, tf: Any) -> list[str]:
+    # patch: keras3_mwm.predict_on_batch
+    predict_on_batch = getattr(trainer_cls, "predict_on_batch", None)
+    if predict_on_batch is None or not _PREDICT_UNDISTRIBUTED.search(_source(predict_on_batch)):
+        return []
+    trainer_cls.predict_on_batch = _first_replicas_copy(predict_on_batch, tf)
+    return ["predict_on_batch returns one copy of its predictions, not one per replica"]
+
+
+def _first_replicas_copy(original: Any, tf: Any) -> Any:
+    @functools.wraps(original)
+    def predict_on_batch(self: Any, x: Any) -> Any:
+        outputs = original(self, x)
+        replicas = self.distribute_strategy.num_replicas_in_sync
+        if replicas == 1:
+            return outputs
+        rows = len(tf.nest.flatten(x)[0])
+        return tf.nest.map_structure(lambda array: array[:rows] if len(array) == rows * replicas else array, outputs)
+
+    return predict_on_batch
 
 
 def _rank(value: Any, tf: Any) -> int | None:

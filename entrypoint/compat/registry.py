@@ -97,6 +97,10 @@ PATCHES: tuple[Patch, ...] = (
        "keras", _K3, STRATEGY_MODES),
     _p("keras3_mwm.mean_no_nan", "an empty replica batch's loss is 0, not NaN", "wraps", "process",
        "tensorflow/tensorflow#36224", ("keras.src.losses.loss:reduce_values(values)?",), "keras", _K3, STRATEGY_MODES),
+    _p("keras3_mwm.predict_on_batch", "predict_on_batch returns the first replica's copy of its predictions",
+       "wraps", "process", "#69: N replicas returned N copies of the batch's predictions (Keras 3.3 to 3.16)",
+       (f"{_TRAINER}:TensorFlowTrainer.predict_on_batch(self,x)|{_TRAINER}:Trainer.predict_on_batch(self,x)",),
+       "keras", _K3, STRATEGY_MODES),
     _p("keras3_mwm.int64_seeds", "SeedGenerator's state created as int64", "wraps", "process",
        "keras-team/keras#19928 (uint32 cannot be broadcast)",
        ("keras.src.random.seed_generator:SeedGenerator.__init__(self,seed,name)",), "keras", _K3, STRATEGY_MODES),
@@ -121,10 +125,16 @@ PATCHES: tuple[Patch, ...] = (
        ("tf_keras.src.optimizers:Optimizer", "horovod.tensorflow.keras:DistributedOptimizer(optimizer)"),
        "horovod", _LEGACY, frozenset({"horovod"})),
     # every fit
-    _p("runner.model_hooks", "Model.fit, compile and save, where the concerns of a distributed fit meet", "wraps",
-       "process", "distrain's own: the script runs unchanged",
-       ("keras:Model.fit(self,x,y,batch_size,epochs)", "keras:Model.compile", "keras:Model.save(self,filepath)"),
+    _p("runner.model_hooks", "Model.fit, compile, save and save_weights, where the concerns of a distributed fit "
+       "meet", "wraps", "process", "distrain's own: the script runs unchanged; a save is written once and seen by "
+       "every rank when its call returns",
+       ("keras:Model.fit(self,x,y,batch_size,epochs)", "keras:Model.compile", "keras:Model.save(self,filepath)",
+        "keras:Model.save_weights(self,filepath)"),
        "keras"),
+    _p("saves.callback_files", "TensorBoard's log_dir and CSVLogger's filename, on ranks but the chief, a private "
+       "temporary directory during the fit", "replaces", "fit", "#69: every rank wrote its event files and the CSV "
+       "into the script's directory", ("keras.callbacks:TensorBoard(log_dir)",
+                                       "keras.callbacks:CSVLogger(filename)"), "keras"),
     _p("steps.train_function", "the fit's train function calls the step observers after each call; the "
        "model's steps_per_execution read", "wraps", "fit", "one training position for checkpoint, stop and stall",
        ("keras:Model.make_train_function(self)",), "keras"),
@@ -142,6 +152,11 @@ PATCHES: tuple[Patch, ...] = (
        "exact resume: plain Keras draws that batch from the script's dataset",
        (f"{_TRAINER}:TensorFlowTrainer._maybe_symbolic_build(self,iterator,data_batch)"
         f"|{_TRAINER}:Trainer._maybe_symbolic_build(self,iterator,data_batch)?",), "keras", _K3),
+    _p("tf_keras_mwm.first_replica_logs", "a model's distribute_reduction_method 'first' where it is 'auto'",
+       "replaces", "instance", "keras-team/keras#16664: under MWM the step's synchronised logs were summed over the "
+       "workers (train_on_batch's loss x N)",
+       ("tf_keras.src.engine.training:reduce_per_replica(values,strategy,reduction)",
+        "tf_keras.src.engine.training:Model.distribute_reduction_method"), "tf_keras", _LEGACY, frozenset({"mwm"})),
     _p("resume.tf_keras_counters", "tf_keras' fit starts at the resumed epoch and step", "replaces", "fit",
        "exact resume mid-epoch",
        ("tf_keras.src.engine.training:Model._maybe_load_initial_counters_from_ckpt(self,steps_per_epoch)",),

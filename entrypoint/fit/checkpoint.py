@@ -26,7 +26,7 @@ from ..log import get as log
 from ..plan import Plan
 from ..runs import checkpoint_number, newest_checkpoint
 from . import callback_state
-from .saves import local_reads_for, remove_path
+from .saves import distrains_own, local_reads_for, remove_path
 
 
 @dataclass(frozen=True)
@@ -272,7 +272,7 @@ class Keras3Backup:
         def write() -> None:
             tmp = os.path.join(self.chief_dir, f".tmp-{os.getpid()}.weights.h5")
             try:
-                with local_reads_for(self.plan):
+                with local_reads_for(self.plan), distrains_own():
                     self.model.save_weights(tmp)
                 os.replace(tmp, prefix + ".weights.h5")
                 runs.write_position(prefix, epochs_done, step, _length_to_record(self.hooks))

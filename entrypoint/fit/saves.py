@@ -1,29 +1,48 @@
 """The script's own saves, made safe in every mode: written by the chief alone, complete when they appear (a
 temporary path beside the target, then a rename), and, under MWM, with no collective left for the other workers
 to join (ON_READ variables read locally: compat/adopt.local_reads). The backups (checkpoint.py) write the same way.
+
+Visible to every rank when that rank's call returns: a script that saves and loads back (a curriculum in phases,
+`ModelCheckpoint(save_best_only=True)` then `load_model`) reads on every rank what the chief wrote. The other ranks
+count their saves as the chief does, and the k-th one waits for the chief's k-th, which the chief records in the
+run's state directory (its outcome: done, or the one line its failure said). Where a rank's path is not the chief's
+(TensorFlow's tutorials give the other workers temporary directories) or the chief's file is not visible there (a
+node's own disk), that rank then writes its own complete copy, as it would under plain MWM. Without a state
+directory (DISTRAIN_CHECKPOINT=0) or under Horovod elastic (whose chief can change), the others return at once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from .. import runs
 from ..engines import Engine
 from ..errors import EnvironmentProblem
 from ..log import get as log
 from ..plan import Plan
 
+CHIEF_SAVE_WAIT_SECONDS = 1800.0  # how long another rank waits for the chief's save of the same call (large models)
+POLL_SECONDS = (0.02, 0.5)  # the first and the longest pause between two looks at the chief's record
+_FILE_SUFFIXES = (".keras", ".h5", ".hdf5")
+_saving = threading.local()  # a save within a save (Keras' save calling save_weights) is the outer one's
+
 
 def temp_sibling(path: str, tag: str) -> str:
-    """A hidden path beside `path` with the same suffix (Keras picks the format from it)."""
+    """A hidden path beside `path` with the same suffix (Keras picks the format from it; Keras 3's weights need
+    `.weights.h5`)."""
     parent, name = os.path.split(os.path.abspath(path))
-    stem, suffix = os.path.splitext(name)
-    if suffix not in (".keras", ".h5", ".hdf5"):
-        stem, suffix = name, ""
+    suffix = ".weights.h5" if name.endswith(".weights.h5") else os.path.splitext(name)[1]
+    if suffix not in (".weights.h5", *_FILE_SUFFIXES):
+        suffix = ""
+    stem = name[:len(name) - len(suffix)] if suffix else name
     return os.path.join(parent, f".{stem}.{tag}-{os.getpid()}{suffix}")
 
 
@@ -57,37 +76,142 @@ def check_writable(directory: str, what: str) -> None:
         ) from None
 
 
+class ScriptSaves:
+    """The script's saves through Keras (`Model.save`, `Model.save_weights`, ModelCheckpoint's calls of them), in
+    the order this rank makes them (the module doc)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.made = 0
+
+    def save(self, model: Any, path: str | os.PathLike, save: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        if getattr(_saving, "active", False):
+            save(model, path, *args, **kwargs)
+            return
+        _saving.active = True
+        try:
+            self._save(model, os.fspath(path), save, *args, **kwargs)
+        finally:
+            _saving.active = False
+
+    def _save(self, model: Any, path: str, save: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        engine, plan = self.engine, self.engine.plan
+        record = os.path.join(plan.checkpoint_dir, runs.SAVES_RECORD) if plan.checkpoint_dir else None
+        waits = record is not None and engine.size > 1 and not plan.elastic
+        self.made += 1
+        if engine.rank == 0:
+            try:
+                save_model(engine, model, path, save, *args, **kwargs)
+            except BaseException as exc:
+                if waits:
+                    runs.write_private_json(record, {"made": self.made, "path": os.path.abspath(path),
+                                                     "failed": str(exc).splitlines()[0] if str(exc) else repr(exc)})
+                raise
+            if waits:
+                runs.write_private_json(record, {"made": self.made, "path": os.path.abspath(path)})
+            return
+        if not waits:
+            return
+        chief_path = wait_for_the_chief(record, self.made, path)
+        if chief_path != os.path.abspath(path) or not os.path.exists(path):
+            write_complete(plan, model, path, save, *args, **kwargs)  # this rank's own path: its own copy
+
+
+def wait_for_the_chief(record: str, made: int, path: str, timeout: float = CHIEF_SAVE_WAIT_SECONDS) -> str:
+    """Wait until the chief has made its `made`-th save; return the path it saved to, or fail with its line."""
+    deadline, pause = time.monotonic() + timeout, POLL_SECONDS[0]
+    while True:
+        with contextlib.suppress(OSError, ValueError):
+            with open(record) as handle:
+                done = json.load(handle)
+            if done["made"] > made or (done["made"] == made and "failed" not in done):
+                return done["path"]
+            if done["made"] == made:
+                raise EnvironmentProblem(f"the chief's save of {done['path']} failed: {done['failed']}")
+        if time.monotonic() > deadline:
+            raise EnvironmentProblem(
+                f"waited {timeout:.0f} s for the chief to save {path} (the script's save number {made}): the chief "
+                "is stuck or saves in another order than this rank (a save on some ranks only?)")
+        time.sleep(pause)
+        pause = min(pause * 2, POLL_SECONDS[1])
+
+
 def save_model(engine: Engine, model: Any, path: str | os.PathLike, save: Callable[..., Any], *args: Any,
                **kwargs: Any) -> None:
     """Save so that only the chief's complete copy ever appears at `path`. The chief is rank 0 now (engine.rank:
     under Horovod elastic a survivor can become rank 0 after a reset)."""
-    plan, path = engine.plan, os.fspath(path)
-    if engine.rank != 0:
-        # Horovod: plain per-process copies. MWM: the chief saves with local reads (compat/adopt.local_reads), so
-        # nothing collective is left for the others to join, and a chief-only save in the script completes too.
-        return
+    if engine.rank == 0:
+        write_complete(engine.plan, model, os.fspath(path), save, *args, **kwargs)
+
+
+def write_complete(plan: Plan, model: Any, path: str, save: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """Write through a temporary sibling and a rename, so that `path` holds the previous save or this one, whole.
+    A TensorFlow checkpoint prefix (tf_keras' save_weights without .h5) is several files: written in place."""
     parent = os.path.dirname(os.path.abspath(path))
     check_writable(parent, "the model's directory")
-    tmp = temp_sibling(path, "tmp")
+    suffix_known = os.path.splitext(path)[1] in _FILE_SUFFIXES
+    in_place = not suffix_known and getattr(save, "__name__", "") == "save_weights"
+    tmp = path if in_place else temp_sibling(path, "tmp")
     try:
         with local_reads_for(plan):
             save(model, tmp, *args, **kwargs)
-        replace_atomically(tmp, path)
+        if not in_place:
+            replace_atomically(tmp, path)
     except OSError as exc:
-        remove_path(tmp)
+        if not in_place:
+            remove_path(tmp)
         raise EnvironmentProblem(
             f"could not save the model to {path} ({exc.strerror or exc}): free space or choose another path; "
             f"{'the previous model there is unchanged' if os.path.exists(path) else 'nothing was written there'}"
         ) from None
     except BaseException:
-        remove_path(tmp)
+        if not in_place:
+            remove_path(tmp)
         raise
     log().info(f"saved model to {path}")
 
 
+@contextlib.contextmanager
+def callback_files_aside(engine: Engine, keras: Any, callbacks: list) -> Iterator[None]:
+    """On every rank but the chief, the script's TensorBoard and CSVLogger write into a private temporary directory
+    removed after the fit: their files are the chief's alone, as one process leaves them (every rank wrote its own
+    event files into the script's log directory, and one CSV file at once)."""
+    if engine.rank == 0 or engine.size == 1:
+        yield
+        return
+    # patch: saves.callback_files
+    kinds = ((keras.callbacks.TensorBoard, "log_dir"), (keras.callbacks.CSVLogger, "filename"))
+    moved = [(callback, attribute, getattr(callback, attribute)) for callback in callbacks
+             for kind, attribute in kinds if isinstance(callback, kind)]
+    if not moved:
+        yield
+        return
+    aside = tempfile.mkdtemp(prefix=f"distrain-rank{engine.rank}-")  # 0700
+    for number, (callback, attribute, path) in enumerate(moved):
+        os.mkdir(os.path.join(aside, str(number)))
+        setattr(callback, attribute, os.path.join(aside, str(number), os.path.basename(str(path))))
+    try:
+        yield
+    finally:
+        for callback, attribute, path in moved:
+            setattr(callback, attribute, path)
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def distrains_own() -> Iterator[None]:
+    """distrain's own saves (the backups, a fit's end state): not the script's, never counted or waited for."""
+    before = getattr(_saving, "active", False)
+    _saving.active = True
+    try:
+        yield
+    finally:
+        _saving.active = before
+
+
 def save_weights_locally(plan: Plan, model: Any, path: str) -> None:
     """The chief's model.save_weights, with no collective for the other ranks to join (see local_reads_for)."""
-    with local_reads_for(plan):
+    with local_reads_for(plan), distrains_own():
         model.save_weights(path)
 
 

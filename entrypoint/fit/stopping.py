@@ -14,6 +14,12 @@ script's epoch-end callbacks, the step in which a dataset of unknown length find
 before them would resume at the next epoch's start without them, and the run never stopped had them. Every
 rank says whether the step is its epoch's last in the same all-reduce, so all of them wait or none does.
 
+A `stop_training` the script sets (EarlyStopping, a callback's time budget) is agreed too: otherwise a rank that
+stops while another trains on leaves it waiting in a collective that never comes. At an epoch's end every rank
+says whether it stops, and all stop if any does (one small all-reduce an epoch); where a script's callback can set
+it in a batch hook (a class of its own, a LambdaCallback, TerminateOnNaN), at every step, so that a stop every rank
+takes at the same step stays at that step, as in one process.
+
 A signal outside `fit` (data loading, the script's own loop) ends the run at once with exit 75, as before
 distrain: nothing of distrain's is half-done there. A second Ctrl-C interrupts at once (KeyboardInterrupt).
 """
@@ -205,15 +211,32 @@ class AgreedStop:
         raise Preempted(self.flag.signame or "a signal on another rank", where, backup is not None)
 
 
+def stops_in_batch_hooks(callback: Any, keras: Any) -> bool:
+    """Whether a script's callback can set `stop_training` in a batch hook: Keras' own callbacks do only in
+    TerminateOnNaN; a LambdaCallback or a class of the script's own may."""
+    if isinstance(callback, (keras.callbacks.TerminateOnNaN, keras.callbacks.LambdaCallback)):
+        return True
+    own = type(callback).__module__.split(".")[0] not in ("keras", "tf_keras", "horovod", "entrypoint")
+    base = keras.callbacks.Callback
+    return own and any(getattr(type(callback), hook, None) is not getattr(base, hook, None)
+                       for hook in ("on_train_batch_end", "on_batch_end"))
+
+
 def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Backup | None, flag: SignalFlag,
-                  learnt_length: Callable[[], int | None] | None = None) -> Any:
+                  learnt_length: Callable[[], int | None] | None = None, script_callbacks: tuple = ()) -> Any:
     """The callback that stops every rank at the same step once any rank got a signal (checkpoint first), and
     writes the timed checkpoints (DISTRAIN_CHECKPOINT_MINUTES) at steps all ranks agree on (AgreedStop). Under
     Horovod elastic, a callback that does nothing: no agreed stop, no checkpoints of distrain's (see `install`).
     Placed after every other callback: its epoch end comes last."""
     if plan.elastic:
         return keras.callbacks.Callback()  # no step_ended: nothing is done per step
-    logic = AgreedStop(plan, sum_over_ranks(plan, tf, engine), backup, flag, learnt_length)
+    reduce_sum = sum_over_ranks(plan, tf, engine)
+    logic = AgreedStop(plan, reduce_sum, backup, flag, learnt_length)
+    agreed = plan.size > 1
+
+    def agree_on_stop_training(model: Any) -> None:
+        wanted = 1.0 if model.stop_training else 0.0
+        model.stop_training = reduce_sum([wanted, 0.0, 0.0, 0.0, 0.0])[0] > 0  # the stop check's shape
 
     class StopAndCheckpoint(keras.callbacks.Callback):
         def __init__(self) -> None:
@@ -231,8 +254,16 @@ def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Backup |
             logic.epoch_began(epoch, (getattr(self, "params", None) or {}).get("steps"))  # set by fit
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            if agreed:
+                agree_on_stop_training(self.model)
             logic.epoch_end()
 
+    class StopAndCheckpointEveryStep(StopAndCheckpoint):
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            agree_on_stop_training(self.model)
+
+    if agreed and any(stops_in_batch_hooks(c, keras) for c in script_callbacks):
+        return StopAndCheckpointEveryStep()
     return StopAndCheckpoint()
 
 

@@ -26,8 +26,9 @@ MARKER = re.compile(r"#.*?\bpatch: ([\w.]+)")
 # distrain's own objects (its state, its logger, the tf.data options it makes, its thread-local flags, the package)
 # and the public os._exit
 OWN_ROOTS = {"self", "cls", "progress", "run", "_THIS_PROCESS", "_STOP", "flag", "_LOGGER", "options", "inside",
-             "distrain"}
-ALLOWED = {"os._exit", "sys.argv"}
+             "_saving", "distrain"}
+# model.stop_training: how Keras documents that a callback ends fit (the agreed stop sets it as one would)
+ALLOWED = {"os._exit", "sys.argv", "model.stop_training"}
 
 
 def _root(node: ast.AST) -> str:
