@@ -1,4 +1,4 @@
-"""Each test folder is a marker: unit, integration, horovod, slurm, container, bench, compat,
+"""Each test folder is a marker: unit, integration, horovod, slurm, container, bench, compat, conformance,
 gpu (a real NVIDIA driver: skipped elsewhere).
 
 scripts/test.sh runs the suite in 2 pytest-xdist workers, one per core: much of it waits (stall timers, Slurm,
@@ -14,7 +14,7 @@ import pytest
 
 from helpers import ROOT, XDIST_WORKER
 
-FOLDER_MARKERS = {"unit", "integration", "horovod", "slurm", "container", "bench", "compat", "gpu"}
+FOLDER_MARKERS = {"unit", "integration", "horovod", "slurm", "container", "bench", "compat", "conformance", "gpu"}
 CLUSTER_FIXTURES = {"slurm", "slurm_eight_nodes", "docker", "docker_image", "sif"}
 CLUSTER_TESTS = ("tests/slurm/", "tests/container/",
                  "tests/compat/test_corpus.py::test_the_guides_scripts_through_the_job_scripts")

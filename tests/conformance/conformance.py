@@ -1,0 +1,96 @@
+"""Reading and judging the conformance scenarios' lines (scripts/keras_surface.py): each rank's results, compared
+with plain `python`'s under the contracts of tests/README.md's conformance table."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from helpers import ROOT, clean_env, run
+
+SCRIPT = ROOT / "tests" / "conformance" / "scripts" / "keras_surface.py"
+LINE = re.compile(r"CONFORM name=(\w+) (.*)")
+RANK_TAG = re.compile(r"\[(\d+/\d+|\d+,\d+)\]")  # distrain launch's [0/2], mpirun's [1,0]
+# several ranks sum in another order: relative differences of float32 sums over 2 ranks and a few epochs
+RELATIVE_TOLERANCE = 1e-4
+NOT_NUMBERS = {"status", "seconds", "files", "csv_rows"}
+# compared between the ranks only: each rank's own clock decides where the script stops (the ranks agree on one)
+RANKS_ONLY = {"stop_training_on_one_rank"}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    values: dict[str, str]
+
+    @property
+    def ok(self) -> bool:
+        return self.values.get("status") == "ok"
+
+
+def scenarios(output: str) -> list[dict[str, Scenario]]:
+    """Each rank's scenarios, in the order its lines came."""
+    by_rank: dict[str, dict[str, Scenario]] = {}
+    for line in output.splitlines():
+        found = LINE.search(line)
+        if found:
+            tags = RANK_TAG.findall(line[:found.start()])  # mpirun's --tag-output may glue lines together
+            values = dict(kv.split("=", 1) for kv in found[2].split() if "=" in kv)
+            by_rank.setdefault(tags[-1] if tags else "", {})[found[1]] = Scenario(found[1], values)
+    return list(by_rank.values())
+
+
+def plain_python(out_dir: Path, family: str, *names: str) -> dict[str, Scenario]:
+    """The reference: the scenarios under plain `python`, no distrain."""
+    env = clean_env(TF_CPP_MIN_LOG_LEVEL="2", **({"TF_USE_LEGACY_KERAS": "1"} if family == "legacy" else {}))
+    out = run(["python", str(SCRIPT), str(out_dir), "--keras", family, *names], env=env, timeout=400)
+    assert out.returncode == 0, out.stdout[-3000:]
+    [reference] = scenarios(out.stdout)
+    failed = {name: s.values["status"] for name, s in reference.items() if not s.ok}
+    assert not failed, f"plain python fails: {failed}"
+    return reference
+
+
+def differences(got: Scenario, want: Scenario, exact: bool) -> list[str]:
+    """What differs between a scenario's result and the reference's: [] when they agree."""
+    if not got.ok:
+        return [f"{got.name}: {got.values['status']}"]
+    wrong = []
+    for key, expected in want.values.items():
+        value = got.values.get(key)
+        if key in ("status", "seconds"):
+            continue
+        if key in NOT_NUMBERS or exact:
+            if value != expected:
+                wrong.append(f"{got.name}.{key}: {value} where plain python has {expected}")
+            continue
+        pairs = list(zip(_floats(value), _floats(expected)))
+        if value is None or len(pairs) != len(_floats(expected)) or any(
+                abs(a - b) > RELATIVE_TOLERANCE * max(1.0, abs(b)) for a, b in pairs):
+            wrong.append(f"{got.name}.{key}: {value} where plain python has {expected}")
+    return wrong
+
+
+def _floats(text: str | None) -> list[float]:
+    return [float(v) for v in text.split(",")] if text else []
+
+
+def judge(output: str, reference: dict[str, Scenario], ranks: int, exact: bool = False) -> dict[str, list[str]]:
+    """Per scenario, what is wrong in this launch's output: every rank as plain python (the RANKS_ONLY ones: the
+    ranks as one another), every scenario reported by every rank."""
+    found = scenarios(output)
+    verdicts: dict[str, list[str]] = {name: [] for name in reference}
+    if len(found) != ranks:
+        return {name: [f"{len(found)} ranks reported, not {ranks}"] for name in reference}
+    for name, want in reference.items():
+        for rank in found:
+            got = rank.get(name)
+            if got is None:
+                verdicts[name].append(f"{name}: not reported (the launch ended before it)")
+            elif name in RANKS_ONLY:
+                first = found[0][name]
+                verdicts[name] += differences(got, first, exact=True) if first.ok else [first.values["status"]]
+            else:
+                verdicts[name] += differences(got, want, exact)
+    return verdicts

@@ -1,0 +1,310 @@
+"""Keras' public surface as small scenarios, written as a user writes them: each reseeded, each printing one line
+`CONFORM name=... key=value ...` (History's losses, `evaluate`, `predict`, the weights, the files it left), so that
+plain `python` and every distrain mode can be compared on the same global batches (tests/conformance).
+
+    python keras_surface.py OUT_DIR [--keras legacy] [scenario ...]
+
+Every input is unshuffled or a seeded tf.data pipeline, so the global batches are the same in one process and in N.
+Each scenario catches its own failure (`status=error:...`); one that runs past DEADLINE_SECONDS ends the process
+with `status=timeout` (a collective that never completes cannot be caught).
+"""
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+
+import numpy as np
+
+if "--keras" in sys.argv and sys.argv[sys.argv.index("--keras") + 1] == "legacy":
+    import tf_keras as keras
+else:
+    import keras
+import tensorflow as tf
+
+DEADLINE_SECONDS = 120
+SAMPLES, FEATURES, BATCH = 256, 16, 32
+OUT = os.path.abspath(sys.argv[1])
+RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK")
+           or json.loads(os.environ.get("TF_CONFIG") or "{}").get("task", {}).get("index", 0))
+data = np.random.default_rng(7)
+x = data.normal(size=(SAMPLES, FEATURES)).astype("float32")
+y = (x[:, :4].sum(axis=1) > 0).astype("int64")
+x_val, y_val = x[:64] * 0.9, y[:64]
+SCENARIOS = {}
+
+
+def scenario(function):  # noqa: ANN001, ANN201
+    SCENARIOS[function.__name__] = function
+    return function
+
+
+def numbers(values) -> str:  # noqa: ANN001
+    return ",".join(repr(float(v)) for v in np.ravel(values))
+
+
+def weights(model) -> str:  # noqa: ANN001
+    flat = np.concatenate([np.ravel(w) for w in model.get_weights()])
+    return numbers([flat.sum(), np.abs(flat).sum()])
+
+
+def files(directory: str) -> str:
+    found = []
+    for parent, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.relpath(os.path.join(parent, name), directory)
+            found.append("events.out.tfevents" if "events.out.tfevents" in name else path.replace(os.sep, "/"))
+    return ";".join(sorted(found)) or "-"
+
+
+def classifier(optimizer="adam", **compile_args):  # noqa: ANN001, ANN003, ANN201
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(8, activation="relu"),
+                              keras.layers.Dense(2)])
+    model.compile(optimizer, keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
+                  **compile_args)
+    return model
+
+
+def dataset(batch: int = BATCH):  # noqa: ANN201
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(batch)
+
+
+def fitted(model, history, **extra) -> dict:  # noqa: ANN001, ANN003
+    """What every scenario reports of a model it trained."""
+    return {"loss": numbers(history.history["loss"]),
+            "evaluate": numbers(model.evaluate(x, y, batch_size=BATCH, verbose=0)),
+            "predict": numbers(np.sum(model.predict(x[:64], batch_size=BATCH, verbose=0))),
+            "weights": weights(model), **extra}
+
+
+@scenario
+def learning_rate_loop(out: str) -> dict:
+    """Two models one after the other: the second one's numbers are its own."""
+    result = {}
+    for index, learning_rate in enumerate((0.01, 0.5)):
+        model = classifier(keras.optimizers.SGD(learning_rate))
+        history = model.fit(x, y, batch_size=BATCH, epochs=2, shuffle=False, verbose=0)
+        result.update({f"{key}{index}": value for key, value in fitted(model, history).items()})
+    return result
+
+
+def clipped(form: str, value: float) -> dict:
+    model = classifier(keras.optimizers.Adam(0.01, **{form: value}))
+    return fitted(model, model.fit(dataset(), epochs=2, verbose=0))
+
+
+@scenario
+def clipnorm(out: str) -> dict:
+    return clipped("clipnorm", 0.05)
+
+
+@scenario
+def clipvalue(out: str) -> dict:
+    return clipped("clipvalue", 0.01)
+
+
+@scenario
+def global_clipnorm(out: str) -> dict:
+    return clipped("global_clipnorm", 0.05)
+
+
+@scenario
+def builtin_callbacks(out: str) -> dict:
+    """Keras' own callbacks together, their files in one directory, the best model loaded back."""
+    model = classifier(keras.optimizers.Adam(0.02))
+    callbacks = [
+        keras.callbacks.ModelCheckpoint(os.path.join(out, "best.keras"), monitor="val_loss", save_best_only=True),
+        keras.callbacks.ModelCheckpoint(os.path.join(out, "w-{epoch:02d}.weights.h5"), save_weights_only=True),
+        keras.callbacks.CSVLogger(os.path.join(out, "log.csv")),
+        keras.callbacks.EarlyStopping(monitor="val_loss", patience=1, restore_best_weights=True),
+        keras.callbacks.ReduceLROnPlateau(monitor="loss", patience=1, factor=0.5),
+        keras.callbacks.LearningRateScheduler(lambda epoch, lr: lr * 0.9),
+        keras.callbacks.TerminateOnNaN(),
+        keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: None),
+        keras.callbacks.TensorBoard(os.path.join(out, "tb")),
+    ]
+    history = model.fit(x, y, batch_size=BATCH, epochs=5, shuffle=False, validation_data=(x_val, y_val),
+                        callbacks=callbacks, verbose=0)
+    best = keras.models.load_model(os.path.join(out, "best.keras"))
+    with open(os.path.join(out, "log.csv")) as handle:
+        rows = len(handle.read().splitlines())
+    return fitted(model, history, val_loss=numbers(history.history["val_loss"]),
+                  best=numbers(best.evaluate(x_val, y_val, batch_size=BATCH, verbose=0)), csv_rows=rows,
+                  files=files(out))
+
+
+@scenario
+def save_then_load(out: str) -> dict:
+    """A curriculum in phases: each phase's model saved, loaded back (by every process) and trained on."""
+    model = classifier()
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    model.save(os.path.join(out, "phase1.keras"))
+    model = keras.models.load_model(os.path.join(out, "phase1.keras"))
+    history = model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    model.save_weights(os.path.join(out, "phase2.weights.h5"))
+    again = classifier()
+    again.load_weights(os.path.join(out, "phase2.weights.h5"))
+    return fitted(model, history, reloaded=numbers(again.evaluate(x, y, batch_size=BATCH, verbose=0)),
+                  files=files(out))
+
+
+@scenario
+def tutorial_weights_checkpoints(out: str) -> dict:
+    """TensorFlow's "Distributed training with Keras": weights checkpoints each epoch, the last one loaded back."""
+    model = classifier()
+    prefix = os.path.join(out, "training_checkpoints", "ckpt_{epoch}.weights.h5")
+    history = model.fit(dataset(), epochs=3, verbose=0,
+                        callbacks=[keras.callbacks.ModelCheckpoint(prefix, save_weights_only=True)])
+    model.load_weights(prefix.format(epoch=3))
+    return fitted(model, history, files=files(out))
+
+
+@scenario
+def several_inputs_and_outputs(out: str) -> dict:
+    """A functional model: a dict of inputs, two outputs with loss_weights, sample weights."""
+    keras.utils.set_random_seed(0)
+    a, b = keras.Input((FEATURES,), name="a"), keras.Input((4,), name="b")
+    hidden = keras.layers.Dense(8, activation="relu")(keras.layers.Concatenate()([a, b]))
+    model = keras.Model({"a": a, "b": b}, {"label": keras.layers.Dense(2, name="label")(hidden),
+                                           "value": keras.layers.Dense(1, name="value")(hidden)})
+    model.compile("adam", loss={"label": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                                "value": "mse"}, loss_weights={"label": 1.0, "value": 0.5})
+    inputs = {"a": x, "b": x[:, :4] * 2}
+    targets = {"label": y, "value": x[:, :1]}
+    weight = np.linspace(0.5, 1.5, SAMPLES).astype("float32")
+    history = model.fit(inputs, targets, sample_weight=weight, batch_size=BATCH, epochs=2, shuffle=False, verbose=0)
+    return {"loss": numbers(history.history["loss"]),
+            "evaluate": numbers(model.evaluate(inputs, targets, batch_size=BATCH, verbose=0)),
+            "weights": weights(model)}
+
+
+@scenario
+def class_weights(out: str) -> dict:
+    model = classifier()
+    history = model.fit(x, y, batch_size=BATCH, epochs=2, shuffle=False, class_weight={0: 1.0, 1: 3.0}, verbose=0)
+    return fitted(model, history)
+
+
+@scenario
+def on_batch_methods(out: str) -> dict:
+    """train_on_batch / test_on_batch / predict_on_batch in the script's own loop."""
+    model = classifier()
+    losses = [model.train_on_batch(x[i:i + BATCH], y[i:i + BATCH])[0] for i in range(0, SAMPLES, BATCH)]
+    return {"loss": numbers(losses), "evaluate": numbers(model.test_on_batch(x[:BATCH], y[:BATCH])),
+            "predict": numbers(np.sum(model.predict_on_batch(x[:BATCH]))), "weights": weights(model)}
+
+
+class OwnTrainStep(keras.Model):
+    """A custom train_step as Keras' "Customizing what happens in fit" guide writes it."""
+
+    def train_step(self, batch):  # noqa: ANN001, ANN201
+        inputs, targets = batch
+        with tf.GradientTape() as tape:
+            predicted = self(inputs, training=True)
+            loss = self.compute_loss(x=inputs, y=targets, y_pred=predicted)
+        gradients = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
+        for metric in self.metrics:
+            if metric.name == "loss":
+                metric.update_state(loss)
+            else:
+                metric.update_state(targets, predicted)
+        return {metric.name: metric.result() for metric in self.metrics}
+
+
+@scenario
+def custom_train_step(out: str) -> dict:
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((FEATURES,))
+    model = OwnTrainStep(inputs, keras.layers.Dense(2)(keras.layers.Dense(8, activation="relu")(inputs)))
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    return fitted(model, model.fit(dataset(), epochs=2, verbose=0))
+
+
+class StopAtStep(keras.callbacks.Callback):
+    """A callback that ends training mid-epoch (the same step in every process)."""
+
+    def on_train_batch_end(self, batch, logs=None):  # noqa: ANN001, ANN201
+        if batch == 3 and len(self.model.history.epoch) == 1:
+            self.model.stop_training = True
+
+
+@scenario
+def stop_training_in_a_batch(out: str) -> dict:
+    model = classifier()
+    history = model.fit(dataset(), epochs=4, verbose=0, callbacks=[StopAtStep()])
+    return fitted(model, history)
+
+
+class TimeBudget(keras.callbacks.Callback):
+    """A wall-clock budget: each process's clock decides, so processes stop at different steps (here rank 1 one
+    step before rank 0, as differing clocks do)."""
+
+    def on_train_batch_end(self, batch, logs=None):  # noqa: ANN001, ANN201
+        if batch >= 4 - RANK:
+            self.model.stop_training = True
+
+
+@scenario
+def stop_training_on_one_rank(out: str) -> dict:
+    model = classifier()
+    model.fit(dataset(), epochs=3, verbose=0, callbacks=[TimeBudget()])
+    return {"weights": weights(model)}  # the ranks agree on one stop: compared between ranks only
+
+
+@scenario
+def steps_per_execution(out: str) -> dict:
+    model = classifier(steps_per_execution=4)
+    return fitted(model, model.fit(dataset(), epochs=2, verbose=0))
+
+
+@scenario
+def preprocessing_adapt(out: str) -> dict:
+    keras.utils.set_random_seed(0)
+    normalize = keras.layers.Normalization()
+    normalize.adapt(x)
+    model = keras.Sequential([keras.Input((FEATURES,)), normalize, keras.layers.Dense(2)])
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    return fitted(model, model.fit(x, y, batch_size=BATCH, epochs=2, shuffle=False, verbose=0))
+
+
+@scenario
+def timeseries_input(out: str) -> dict:
+    series = np.sin(np.arange(400, dtype="float32") / 10)[:, None].repeat(FEATURES, axis=1)
+    windows = keras.utils.timeseries_dataset_from_array(series[:-8], (series[8:, 0] > 0).astype("int64"),
+                                                        sequence_length=1, batch_size=BATCH)
+    model = classifier()
+    history = model.fit(windows.map(lambda a, b: (a[:, 0], b)), epochs=2, verbose=0)
+    return fitted(model, history)
+
+
+def run(names: list[str]) -> None:
+    for name in names:
+        out = os.path.join(OUT, name)
+        os.makedirs(out, exist_ok=True)
+        done = threading.Event()
+
+        def deadline(name: str = name, done: threading.Event = done) -> None:
+            if not done.wait(DEADLINE_SECONDS):
+                print(f"CONFORM name={name} status=timeout", flush=True)
+                os._exit(3)
+
+        threading.Thread(target=deadline, daemon=True).start()
+        started = time.monotonic()
+        try:
+            result = {"status": "ok", **SCENARIOS[name](out)}
+        except Exception as exc:  # noqa: BLE001 - each scenario its own verdict
+            if os.environ.get("CONFORM_TRACEBACK"):
+                traceback.print_exc()
+            result = {"status": f"error:{type(exc).__name__}:{str(exc).splitlines()[0] if str(exc) else ''}"}
+        done.set()
+        result["seconds"] = f"{time.monotonic() - started:.1f}"
+        print(f"CONFORM name={name} " + " ".join(f"{k}={str(v).replace(' ', '_')}" for k, v in result.items()),
+              flush=True)
+
+
+if __name__ == "__main__":
+    chosen = [a for a in sys.argv[2:] if a in SCENARIOS]
+    run(chosen or list(SCENARIOS))
