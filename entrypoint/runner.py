@@ -58,9 +58,8 @@ def install_hooks(engine: Engine, keras: Any, tf: Any, evened: batches.EvenedInp
     model_cls = keras.Model
     if getattr(model_cls, "_distrain_hooked", False):
         return
-    orig_fit, orig_compile = model_cls.fit, model_cls.compile
+    orig_fit = model_cls.fit
     fit_sig = inspect.signature(orig_fit)
-    compile_sig = inspect.signature(orig_compile)
 
     fits = itertools.count(1)  # the script's fits in call order: each a stage of the run, its own checkpoints
     _once = _outermost_only(threading.local())
@@ -94,7 +93,22 @@ def install_hooks(engine: Engine, keras: Any, tf: Any, evened: batches.EvenedInp
             _record_stage(engine, stage, stage_number, self, history, fit_signature)
         return history
 
-    @_once
+    fit.__wrapped_original__ = orig_fit
+    # patch: runner.model_hooks
+    model_cls.fit = fit
+    _hook_compile(engine, keras, model_cls)
+    _hook_saves(engine, model_cls)
+    model_cls._distrain_hooked = True
+
+
+def _hook_compile(engine: Engine, keras: Any, model_cls: type) -> None:
+    """compile: the optimizer adapted (_adapt_optimizer); tf_keras' logs under MWM as one process's
+    (compat/tf_keras_mwm.py). Patched where Keras defines it (Keras 3: its base Trainer): a loaded model's
+    compile_from_config compiles only where `compile` is that class's own, and left load_model's model uncompiled."""
+    plan, orig_compile = engine.plan, model_cls.compile
+    compile_sig = inspect.signature(orig_compile)
+
+    @_outermost_only(threading.local())
     def compile(self, *args, **kwargs):  # noqa: ANN001, ANN202, A001
         bound = compile_sig.bind(self, *args, **kwargs)
         _adapt_optimizer(engine, keras, bound.arguments)
@@ -103,16 +117,9 @@ def install_hooks(engine: Engine, keras: Any, tf: Any, evened: batches.EvenedInp
             tf_keras_mwm.first_replicas_logs(self)
         return compiled
 
-    fit.__wrapped_original__ = orig_fit
     compile.__wrapped_original__ = orig_compile
     # patch: runner.model_hooks
-    model_cls.fit = fit
-    _hook_saves(engine, model_cls)
-    # compile where Keras defines it (Keras 3: its base Trainer): a loaded model's compile_from_config compiles
-    # only where `compile` is that class's own, and would leave a model load_model returns uncompiled
-    compile_owner = next(cls for cls in model_cls.__mro__ if "compile" in vars(cls))
-    compile_owner.compile = compile
-    model_cls._distrain_hooked = True
+    next(cls for cls in model_cls.__mro__ if "compile" in vars(cls)).compile = compile
 
 
 def _hook_saves(engine: Engine, model_cls: type) -> None:

@@ -5,10 +5,11 @@
 # 2.21 (.venv-tf221). Prints each stage's wall time at its end (CI's budget: README, Develop).
 # --full: the developer's tier (DISTRAIN_TEST_TIER=full): the whole product of combinations where CI covers them
 # pairwise, and every test on both TensorFlow lines. Extra arguments go to pytest (e.g. scripts/test.sh -m unit)
-# and skip the second line.
+# and skip the second line. --next: the `core` tests on the newest TensorFlow on PyPI (scripts/test-next.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 export DISTRAIN_TEST_TIER=default
+if [ "${1:-}" = --next ]; then shift; exec scripts/test-next.sh "$@"; fi
 if [ "${1:-}" = --full ]; then DISTRAIN_TEST_TIER=full; shift; fi
 stages=()
 stage_start=$SECONDS

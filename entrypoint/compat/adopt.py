@@ -6,11 +6,12 @@ built the strategy for the Plan's cluster (and made it the default), that fails:
 tf.distribute.Strategy objects", or a second gRPC server that waits forever, or TensorFlow's resolver on string-
 sorted hosts and shared ports (see slurm.py), or a Horovod optimizer wrapped twice (RecursionError).
 
-- `install_strategy_adoption`: calling `tf.distribute.MultiWorkerMirroredStrategy(...)` or `MirroredStrategy(...)`
-  returns distrain's strategy (the classes stay classes: `isinstance` still works); the script's
-  `CommunicationOptions` are applied where the hardware allows (NCCL needs GPUs); `SlurmClusterResolver(...)` and
-  `TFConfigClusterResolver(...)` return a resolver that answers with the Plan's cluster, rank and GPUs. One log
-  line says what was adopted and what was ignored.
+- `install_strategy_adoption`: calling `tf.distribute.MultiWorkerMirroredStrategy(...)`, `MirroredStrategy(...)` or
+  `OneDeviceStrategy(...)` (TensorFlow's save-and-load tutorial) returns distrain's strategy where there is one
+  (the classes stay classes: `isinstance` still works); the script's `CommunicationOptions` are applied where the
+  hardware allows (NCCL needs GPUs); `SlurmClusterResolver(...)` and `TFConfigClusterResolver(...)` return a
+  resolver that answers with the Plan's cluster, rank and GPUs. One log line says what was adopted and what was
+  ignored.
 - `is_horovod_optimizer` / `has_horovod_callback`: the script's own Horovod wrapping, recognised so that distrain
   does not add it again.
 - `local_reads`: under MWM a save runs collectives, so a chief-only save (`if task_id == 0: model.save(...)`, the
@@ -32,7 +33,7 @@ from ..log import get as log
 from ..plan import Plan
 
 _STRATEGIES = (("distribute", "MultiWorkerMirroredStrategy"), ("distribute", "MirroredStrategy"),
-               ("distribute.experimental", "MultiWorkerMirroredStrategy"))
+               ("distribute.experimental", "MultiWorkerMirroredStrategy"), ("distribute", "OneDeviceStrategy"))
 _RESOLVERS = ("SlurmClusterResolver", "TFConfigClusterResolver")
 
 

@@ -171,7 +171,8 @@ PATCHES: tuple[Patch, ...] = (
     # TensorFlow
     _p("adopt.strategies", "the script's own strategy classes answer with distrain's strategy", "replaces",
        "process", "a script written for MWM or MirroredStrategy runs as under plain python",
-       ("tensorflow:distribute.MultiWorkerMirroredStrategy", "tensorflow:distribute.MirroredStrategy"), "tensorflow"),
+       ("tensorflow:distribute.MultiWorkerMirroredStrategy", "tensorflow:distribute.MirroredStrategy",
+        "tensorflow:distribute.OneDeviceStrategy"), "tensorflow"),
     _p("adopt.resolvers", "the script's cluster resolvers answer with the Plan's cluster", "replaces", "process",
        "SlurmClusterResolver sorts hosts as strings and shares ports between nodes",
        ("tensorflow:distribute.cluster_resolver.SlurmClusterResolver",

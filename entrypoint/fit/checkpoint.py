@@ -75,7 +75,13 @@ class TfKerasBackup:
     and is written by the chief alone."""
 
     def __init__(self, plan: Plan, stage: int, script_callbacks: tuple, hooks: BackupHooks) -> None:
+        import tensorflow as tf
+
         super().__init__(backup_dir=plan.checkpoint_dir, save_freq=plan.checkpoint_every or "epoch")
+        # patch: checkpoint.tf_keras_backup
+        # a script's own OneDeviceStrategy scope (TensorFlow's save-and-load tutorial): tf_keras refuses it only
+        # because its list omits it; one device checkpoints as the default strategy does
+        self._supported_strategies = (*self._supported_strategies, tf.distribute.OneDeviceStrategy)
         self.plan, self.stage, self.script_callbacks = plan, stage, script_callbacks
         self.chief_dir = runs.chief_dir(plan.checkpoint_dir)
         self._position, self.written, self._averaged = (0, 0), False, False

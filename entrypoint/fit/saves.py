@@ -175,7 +175,10 @@ def write_complete(plan: Plan, model: Any, path: str, save: Callable[..., Any], 
 def callback_files_aside(engine: Engine, keras: Any, callbacks: list) -> Iterator[None]:
     """On every rank but the chief, the script's TensorBoard and CSVLogger write into a private temporary directory
     removed after the fit: their files are the chief's alone, as one process leaves them (every rank wrote its own
-    event files into the script's log directory, and one CSV file at once)."""
+    event files into the script's log directory, and one CSV file at once). The chief makes ModelCheckpoint's
+    directory first."""
+    if engine.size > 1 and engine.rank == 0:
+        make_checkpoint_directories(keras, callbacks)
     if engine.rank == 0 or engine.size == 1:
         yield
         return
@@ -196,6 +199,16 @@ def callback_files_aside(engine: Engine, keras: Any, callbacks: list) -> Iterato
         for callback, attribute, path in moved:
             setattr(callback, attribute, path)
         shutil.rmtree(aside, ignore_errors=True)
+
+
+def make_checkpoint_directories(keras: Any, callbacks: list) -> None:
+    """The chief makes ModelCheckpoint's directory before the fit's first step: Keras makes it at the first save,
+    on every rank at once, where one rank's check-then-mkdir can fail on the other's (FileExistsError)."""
+    for callback in callbacks:
+        if isinstance(callback, keras.callbacks.ModelCheckpoint):
+            directory = os.path.dirname(os.path.abspath(os.fspath(callback.filepath)))
+            if "{" not in directory:
+                os.makedirs(directory, exist_ok=True)
 
 
 @contextlib.contextmanager

@@ -10,8 +10,9 @@ from pathlib import Path
 from helpers import ROOT, clean_env, run
 
 SCRIPT = ROOT / "tests" / "conformance" / "scripts" / "keras_surface.py"
-LINE = re.compile(r"CONFORM name=(\w+) (.*)")
-RANK_TAG = re.compile(r"\[(\d+/\d+|\d+,\d+)\]")  # distrain launch's [0/2], mpirun's [1,0]
+# a rank's tag (distrain launch's [0/2], mpirun's [1,0]<stdout>:), then the line: mpirun's --tag-output can glue
+# one rank's line onto another's, so lines are found anywhere, a value ending where a tag begins
+LINE = re.compile(r"(?:\[(\d+/\d+|\d+,\d+)\](?:<std\w+>:)? ?)*CONFORM name=(\w+) ((?:\w+=(?:(?!\[\d+,\d+\]<)\S)+ ?)*)")
 # several ranks sum in another order: relative differences of float32 sums over 2 ranks and a few epochs
 RELATIVE_TOLERANCE = 1e-4
 NOT_NUMBERS = {"status", "seconds", "files", "csv_rows"}
@@ -32,12 +33,9 @@ class Scenario:
 def scenarios(output: str) -> list[dict[str, Scenario]]:
     """Each rank's scenarios, in the order its lines came."""
     by_rank: dict[str, dict[str, Scenario]] = {}
-    for line in output.splitlines():
-        found = LINE.search(line)
-        if found:
-            tags = RANK_TAG.findall(line[:found.start()])  # mpirun's --tag-output may glue lines together
-            values = dict(kv.split("=", 1) for kv in found[2].split() if "=" in kv)
-            by_rank.setdefault(tags[-1] if tags else "", {})[found[1]] = Scenario(found[1], values)
+    for found in LINE.finditer(output):
+        values = dict(kv.split("=", 1) for kv in found[3].split() if "=" in kv)
+        by_rank.setdefault(found[1] or "", {})[found[2]] = Scenario(found[2], values)
     return list(by_rank.values())
 
 
@@ -89,7 +87,7 @@ def judge(output: str, reference: dict[str, Scenario], ranks: int, exact: bool =
             if got is None:
                 verdicts[name].append(f"{name}: not reported (the launch ended before it)")
             elif name in RANKS_ONLY:
-                first = found[0][name]
+                first = found[0].get(name, got)
                 verdicts[name] += differences(got, first, exact=True) if first.ok else [first.values["status"]]
             else:
                 verdicts[name] += differences(got, want, exact)

@@ -6,6 +6,7 @@ what each scenario proves. Keras 3 in every mode; tf_keras pairwise (MWM x2, the
 the newest TensorFlow line (`core`) under MWM x2, where the defects were found."""
 
 import subprocess
+from importlib.metadata import version
 
 import pytest
 from conformance import SCRIPT, judge, plain_python
@@ -17,12 +18,39 @@ LAUNCH = {
     "mwm": ([DISTRAIN, "launch", "-n", "2"], 2),
     "horovod": ([*MPIRUN, DISTRAIN, "run"], 2),
 }
-# Known to differ from plain python, not fixed yet (tests/README.md's table; #69): (mode, family, scenario) -> why
-KNOWN: dict[tuple[str, str, str], str] = {
-    ("mwm", "legacy", "tutorial_weights_checkpoints"): "tf_keras' HDF5 load_weights under MWM fails (TypeError: an "
-                                                       "h5py dataset divided by the replicas)",
-    ("mwm", "legacy", "custom_train_step"): "a custom train_step's logged loss is not the global batch's",
+# Known to differ from plain python, not fixed yet (tests/README.md's table; #69): (mode, family, scenario) ->
+# (the Keras versions it differs on: from, up to but not including, why)
+SHUFFLED = "distrain's own numpy pipeline draws another order than Keras' (finding 8)"
+OTHER_BATCHES = "under MWM, other batches than one process (finding 9)"
+KNOWN: dict[tuple[str, str, str], tuple[str, str | None, str]] = {
+    ("mwm", "legacy", "tutorial_weights_checkpoints"): ("2", None, "tf_keras' HDF5 load_weights under MWM fails "
+                                                                   "(TypeError: an h5py dataset over the replicas)"),
+    ("mwm", "legacy", "custom_train_step"): ("2", None, "a custom train_step's logged loss is not the global batch's"),
+    ("mwm", "keras3", "own_one_device_strategy"): ("3", "3.15", "the loaded model's fit in the scope: in some runs "
+                                                               "the workers create its metrics' variables in other "
+                                                               "orders (a collective fails)"),
+    **{(mode, family, "numpy_shuffled"): ("2", None, SHUFFLED) for mode in LAUNCH for family in ("keras3", "legacy")},
+    **{("mwm", "keras3", name): ("3.15", None, OTHER_BATCHES)
+       for name in ("python_generator", "py_dataset_with_workers", "image_directory")},
+    ("mwm", "legacy", "image_directory"): ("2", None, OTHER_BATCHES),
 }
+
+
+# differ in some runs only (a race): not held to "fails once fixed"
+RACES = {("mwm", "keras3", "own_one_device_strategy")}
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".")[:2])
+
+
+def known(mode: str, family: str, name: str) -> bool:
+    entry = KNOWN.get((mode, family, name))
+    if entry is None:
+        return False
+    installed = _version(version("keras" if family == "keras3" else "tf_keras"))
+    low, high, _ = entry
+    return _version(low) <= installed and (high is None or installed < _version(high))
 
 
 def reference(kept, family: str) -> dict:  # noqa: ANN001
@@ -47,9 +75,10 @@ def assert_conforms(mode: str, family: str, kept, tmp_path) -> None:  # noqa: AN
     out = run([*launcher, str(SCRIPT), str(tmp_path / "out"), "--keras", family], env=keras_env(family),
               timeout=600)
     verdicts = judge(out.stdout, want, ranks, exact=mode == "single")
-    wrong = {name: found for name, found in verdicts.items() if found and (mode, family, name) not in KNOWN}
+    wrong = {name: found for name, found in verdicts.items() if found and not known(mode, family, name)}
     assert not wrong, "\n".join(line for found in wrong.values() for line in found[:4]) + "\n" + out.stdout[-2000:]
-    fixed = [name for (m, f, name) in KNOWN if (m, f) == (mode, family) and not verdicts[name]]
+    fixed = [name for name, found in verdicts.items()
+             if known(mode, family, name) and not found and (mode, family, name) not in RACES]
     assert not fixed, f"now as plain python: take {fixed} out of KNOWN and the table"
     assert out.returncode == 0, out.stdout[-3000:]
 

@@ -280,6 +280,86 @@ def timeseries_input(out: str) -> dict:
     return fitted(model, history)
 
 
+def batches_of(rows: int = SAMPLES):  # noqa: ANN201
+    """The global batches as a seeded, endless Python generator yields them."""
+    while True:
+        for start in range(0, rows, BATCH):
+            yield x[start:start + BATCH], y[start:start + BATCH]
+
+
+@scenario
+def python_generator(out: str) -> dict:
+    model = classifier()
+    history = model.fit(batches_of(), steps_per_epoch=SAMPLES // BATCH, epochs=2, verbose=0)
+    return fitted(model, history)
+
+
+@scenario
+def from_generator_dataset(out: str) -> dict:
+    signature = (tf.TensorSpec((None, FEATURES), tf.float32), tf.TensorSpec((None,), tf.int64))
+    finite = tf.data.Dataset.from_generator(lambda: (b for b, _ in zip(batches_of(), range(SAMPLES // BATCH))),
+                                            output_signature=signature)
+    model = classifier()
+    return fitted(model, model.fit(finite, epochs=2, verbose=0))
+
+
+if hasattr(keras.utils, "PyDataset"):
+    class Batches(keras.utils.PyDataset):
+        def __len__(self) -> int:
+            return SAMPLES // BATCH
+
+        def __getitem__(self, index: int):  # noqa: ANN204
+            return x[index * BATCH:(index + 1) * BATCH], y[index * BATCH:(index + 1) * BATCH]
+
+    @scenario
+    def py_dataset_with_workers(out: str) -> dict:
+        model = classifier()
+        return fitted(model, model.fit(Batches(workers=2), epochs=2, verbose=0))
+
+
+@scenario
+def image_directory(out: str) -> dict:
+    """image_dataset_from_directory over a seeded shuffle, as Keras' image classification guide reads its data."""
+    images = os.path.join(OUT, "images")
+    if RANK == 0 and not os.path.isdir(images):
+        pixels = np.random.default_rng(3).integers(0, 255, size=(48, 8, 8, 3))
+        for index, image in enumerate(pixels):
+            os.makedirs(os.path.join(images + ".tmp", str(index % 2)), exist_ok=True)
+            keras.utils.save_img(os.path.join(images + ".tmp", str(index % 2), f"{index}.png"), image)
+        os.replace(images + ".tmp", images)
+    deadline = time.monotonic() + 60
+    while not os.path.isdir(images) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    data = keras.utils.image_dataset_from_directory(images, image_size=(8, 8), batch_size=8, shuffle=True, seed=3)
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Rescaling(1 / 255), keras.layers.Flatten(),
+                              keras.layers.Dense(2)])
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(data, epochs=2, verbose=0)
+    return {"loss": numbers(history.history["loss"]), "weights": weights(model)}
+
+
+@scenario
+def numpy_shuffled(out: str) -> dict:
+    """fit(shuffle=True), Keras' default, after the script's own seed."""
+    model = classifier()
+    return fitted(model, model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0))
+
+
+@scenario
+def own_one_device_strategy(out: str) -> dict:
+    """TensorFlow's "Save and load a model using a distribution strategy": a model saved, then loaded and trained
+    on inside the script's own OneDeviceStrategy scope. Last: where it fails under MWM (Keras 3.3), its collectives
+    abort every one after it."""
+    model = classifier()
+    model.fit(dataset(), epochs=1, verbose=0)
+    model.save(os.path.join(out, "saved.keras"))
+    with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
+        again = keras.models.load_model(os.path.join(out, "saved.keras"))
+        history = again.fit(dataset(), epochs=1, verbose=0)
+    return fitted(again, history, files=files(out))
+
+
 def run(names: list[str]) -> None:
     for name in names:
         out = os.path.join(OUT, name)
