@@ -85,14 +85,11 @@ class ScriptSaves:
         self.made = 0
 
     def save(self, model: Any, path: str | os.PathLike, save: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        if getattr(_saving, "active", False):
+        if getattr(_saving, "active", False):  # within a save (Keras' own or distrain's): not the script's
             save(model, path, *args, **kwargs)
             return
-        _saving.active = True
-        try:
+        with distrains_own():  # what this save calls is not counted again
             self._save(model, os.fspath(path), save, *args, **kwargs)
-        finally:
-            _saving.active = False
 
     def _save(self, model: Any, path: str, save: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         engine, plan = self.engine, self.engine.plan
@@ -101,11 +98,12 @@ class ScriptSaves:
         self.made += 1
         if engine.rank == 0:
             try:
-                save_model(engine, model, path, save, *args, **kwargs)
+                write_complete(plan, model, path, save, *args, **kwargs)
             except BaseException as exc:
                 if waits:
+                    said = str(exc)
                     runs.write_private_json(record, {"made": self.made, "path": os.path.abspath(path),
-                                                     "failed": str(exc).splitlines()[0] if str(exc) else repr(exc)})
+                                                     "failed": said.splitlines()[0] if said else repr(exc)})
                 raise
             if waits:
                 runs.write_private_json(record, {"made": self.made, "path": os.path.abspath(path)})
