@@ -87,7 +87,7 @@ def install_hooks(engine: Engine, keras: Any, tf: Any, evened: batches.EvenedInp
             resume.build_before_restore(self, args_, stage.checkpoint_dir)
         _progress_from_the_chief_only(engine, args_)
         with resume.starting_at(plan.family, self, fit_callbacks.position), \
-                steps.observed(self, fit_callbacks.step_ends), saves.callback_files_aside(engine, keras, user):
+                steps.observed(self, fit_callbacks.training), saves.callback_files_aside(engine, keras, user):
             history = orig_fit(*bound.args, **bound.kwargs)
         if backup is not None:
             _record_stage(engine, stage, stage_number, self, history, fit_signature)
@@ -166,9 +166,10 @@ def _record_stage(engine: Engine, stage: Any, stage_number: int, model: Any, his
 
 @dataclasses.dataclass(frozen=True)
 class FitCallbacks:
-    """What one fit runs with: its callbacks in order, the step observers, the backup and the input's position."""
+    """What one fit runs with: its callbacks in order, its training position (told by the train function), the
+    backup and where the positioned input starts."""
     callbacks: list
-    step_ends: steps.StepEnds
+    training: steps.TrainingPosition
     backup: checkpoint.Backup | None
     position: resume.Position | None
 
@@ -184,36 +185,41 @@ def _compose_callbacks(engine: Engine, keras: Any, tf: Any, stage: Any, stage_nu
                        arguments: dict, user: list, own_backup: bool, facts: _InputFacts,
                        signals: stopping.SignalFlag) -> FitCallbacks:
     """Each concern built with all it needs: sync (identical non-trainable state), the backup (checkpoint.py) on
-    the positioned input (resume.py), the agreed stop (stopping.py), the stall watchdog (stalls.py); those with
-    per-step work (steps.ObservesSteps) observe the train function, not a batch callback."""
+    the positioned input (resume.py), the agreed stop (stopping.py), the stall watchdog (stalls.py), all reading the
+    one training position (steps.py); those with per-step work (steps.ObservesSteps) are told by the train
+    function, not a batch callback."""
     before, after = _horovod_callbacks(engine, keras, user), []
     broadcasts = tuple(c for c in before + user if hasattr(c, "register_local_var")) if engine.hvd else ()
     average = sync.make_callback(keras, tf, engine, stage, broadcasts) if engine.size > 1 else None
     if average is not None:  # identical BN statistics on every rank; before Horovod's broadcast callbacks,
         before.insert(0, average)  # to keep that state out of them (sync.py)
     backup = position = None
-    if stage.checkpoint_dir and not own_backup:
+    checkpoints = bool(stage.checkpoint_dir) and not own_backup
+    if checkpoints:
         position = _position_input(engine, stage, model, arguments, user, facts)
+    training = steps.TrainingPosition((position.epoch, position.step) if position is not None else None,
+                                      position.learnt_length if position is not None else None)
+    if checkpoints:
         own = (average.save_own, average.restore_own) if average is not None else (None, None)
-        backup = checkpoint.make_backup_callback(stage, keras, stage_number, tuple(user),
-                                                 checkpoint.BackupHooks(stopping.stop_for_rerun, position, *own))
+        backup = checkpoint.make_backup_callback(
+            stage, keras, stage_number, tuple(user),
+            checkpoint.BackupHooks(training, stopping.stop_for_rerun, position, *own))
         script_epoch = int(arguments.get("initial_epoch") or 0)
         if (first := backup.first_epoch(script_epoch)) != script_epoch:  # fit's own argument, set only to resume
             arguments["initial_epoch"] = first
         for lost in callback_state.not_restorable(user):
             _say(engine, f"a resume cannot give back {lost}: they are those of the epochs since it")
         after.append(backup)
-    stop = stopping.make_callback(stage, keras, tf, engine, backup, signals,
-                                  position.learnt_length if position is not None else None, tuple(user))
+    stop = stopping.make_callback(stage, keras, tf, engine, backup, signals, training, tuple(user))
     after.append(stop)
     if engine.plan.elastic:  # the ranks now: Horovod elastic renumbers them in a reset (never under distrain launch)
         configure_log(f"[{engine.rank}/{engine.size}] ")
-    watch = stalls.make_callback(engine.plan, keras)
-    step_ends = steps.StepEnds([c.step_ended for c in (watch, backup, stop) if isinstance(c, steps.ObservesSteps)],
-                               (position.epoch, position.step) if position is not None else None)
-    # first of all: an epoch's end is a pause for the stall watchdog before the script's callbacks run
-    callbacks = [steps.make_callback(keras, step_ends), watch, *before, *user, *after]
-    return FitCallbacks(callbacks, step_ends, backup, position)
+    watch = stalls.make_callback(engine.plan, keras, training)
+    training.observers.extend(c.step_ended for c in (watch, backup, stop) if isinstance(c, steps.ObservesSteps))
+    # first of all: the position's epoch before anyone reads it; an epoch's end is a pause for the stall watchdog
+    # before the script's callbacks run
+    callbacks = [steps.make_callback(keras, training), watch, *before, *user, *after]
+    return FitCallbacks(callbacks, training, backup, position)
 
 
 def _adapt_optimizer(engine: Engine, keras: Any, arguments: dict) -> None:

@@ -40,7 +40,7 @@ def run(options: Options) -> dict:
 
 def _per_step(hook: str) -> bool:
     """A batch hook, or the step observers called after each train-function call (entrypoint/fit/steps.py)."""
-    return "_batch_" in hook or hook.startswith("StepEnds.")
+    return "_batch_" in hook or hook.startswith("TrainingPosition.")
 
 
 def hooks_in_place(smoke: bool) -> dict:

@@ -49,19 +49,20 @@ class AsBatchCallback(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         for observer in self.observers:
-            observer(batch)
+            observer()
 
 
 def epoch(way: str) -> float:
-    watch, stop = stalls.make_callback(plan, keras), stopping.make_callback(plan, keras, tf, None, None,
-                                                                            stopping.SignalFlag())
-    step_ends = steps.StepEnds([watch.step_ended, stop.step_ended])
+    position = steps.TrainingPosition()
+    watch = stalls.make_callback(plan, keras, position)
+    stop = stopping.make_callback(plan, keras, tf, None, None, stopping.SignalFlag(), position)
+    position.observers = [watch.step_ended, stop.step_ended]
     callbacks = {"none": [],
                  "batch callback": [watch, stop, AsBatchCallback([watch.step_ended, stop.step_ended])],
-                 "train-function observer": [steps.make_callback(keras, step_ends), watch, stop]}[way]
+                 "train-function observer": [steps.make_callback(keras, position), watch, stop]}[way]
     began = time.thread_time()
     if way == "train-function observer":
-        with steps.observed(model, step_ends):
+        with steps.observed(model, position):
             model.fit(dataset, epochs=1, verbose=0, callbacks=callbacks)
     else:
         model.fit(dataset, epochs=1, verbose=0, callbacks=callbacks)

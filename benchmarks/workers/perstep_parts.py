@@ -43,10 +43,13 @@ import tensorflow as tf  # noqa: E402
 from entrypoint.fit import arrays, batches  # noqa: E402
 
 
-def callback_cost(callback, calls: int) -> float:
+def callback_cost(callback, calls: int, position=None) -> float:
     """Microseconds per step of a callback's per-step hooks (the median of the repetitions): its batch hooks, and
-    its step observer (entrypoint/fit/steps.py) where it has one, as the train function calls it."""
+    its step observer (entrypoint/fit/steps.py) where it has one, as the train function calls it (through the
+    training position it reads)."""
     observe = getattr(callback, "step_ended", None)
+    if position is not None and observe is not None:
+        position.observers, observe = [observe], position.call_ended
     callback.on_train_begin()
     callback.on_epoch_begin(0)
     per_rep = []
@@ -56,27 +59,28 @@ def callback_cost(callback, calls: int) -> float:
             callback.on_train_batch_begin(step)
             callback.on_train_batch_end(step)
             if observe is not None:
-                observe(step)
+                observe()
         per_rep.append((time.perf_counter() - start) / calls * 1e6)
     callback.on_epoch_end(0)
     callback.on_train_end()
     return statistics.median(per_rep)
 
 
-def checkpoint_callback(plan, keras, steps: int):
+def checkpoint_callback(plan, keras, steps: int, position):
     """distrain's checkpoint callback for this family, on a small compiled model, as fit sets it up."""
     from entrypoint.fit import checkpoint, stopping
 
     model = keras.Sequential([keras.layers.Input((4,)), keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
-    backup = checkpoint.make_backup_callback(plan, keras, 1, (), checkpoint.BackupHooks(stopping.stop_for_rerun))
+    hooks = checkpoint.BackupHooks(position, stopping.stop_for_rerun)
+    backup = checkpoint.make_backup_callback(plan, keras, 1, (), hooks)
     backup.set_model(model)
     backup.set_params({"epochs": 1, "steps": steps, "verbose": 0})
     return backup
 
 
 def callbacks() -> dict:
-    from entrypoint.fit import stalls, stopping
+    from entrypoint.fit import stalls, steps, stopping
     from entrypoint.runtime import setup
 
     engine = setup()  # the one this process set up (idempotent)
@@ -85,11 +89,15 @@ def callbacks() -> dict:
     calls = 2_000 if args.smoke else 100_000
     if not plan.checkpoint_dir:
         raise SystemExit("perstep callbacks: run with DISTRAIN_CHECKPOINT=1, its callback is timed too")
-    return {"callbacks_us_per_step": {
-        "stall watchdog": callback_cost(stalls.make_callback(plan, keras), calls),
-        "stop check": callback_cost(stopping.make_callback(plan, keras, tf, engine, None, stopping.SignalFlag()),
-                                    calls),
-        "checkpoint": callback_cost(checkpoint_callback(plan, keras, calls), calls)}}
+    made = {"stall watchdog": lambda at: stalls.make_callback(plan, keras, at),
+            "stop check": lambda at: stopping.make_callback(plan, keras, tf, engine, None, stopping.SignalFlag(), at),
+            "checkpoint": lambda at: checkpoint_callback(plan, keras, calls, at)}
+    costs = {}
+    for name, make in made.items():
+        position = steps.TrainingPosition()
+        position.epoch_began(0, None)  # no length: every rep counts on
+        costs[name] = callback_cost(make(position), calls, position)
+    return {"callbacks_us_per_step": costs}
 
 
 SAMPLES, BATCH = (8_192, 64) if args.smoke else (262_144, 64)  # 4,096 batches: about 0.6 s an epoch

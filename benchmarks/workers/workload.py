@@ -197,7 +197,7 @@ def time_distrain_hooks() -> None:
     cls.__init__ = init
     from entrypoint.fit import steps  # the step observers, called from the train function (steps.py), all in one
 
-    steps.StepEnds.call_ended = timed(steps.StepEnds.call_ended, "StepEnds.call_ended")
+    steps.TrainingPosition.call_ended = timed(steps.TrainingPosition.call_ended, "TrainingPosition.call_ended")
 
 
 if args.time_hooks:

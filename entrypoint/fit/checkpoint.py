@@ -19,7 +19,7 @@ import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from .. import runs, workdirs
 from ..log import get as log
@@ -28,13 +28,18 @@ from ..runs import checkpoint_number, newest_checkpoint
 from . import callback_state
 from .saves import distrains_own, local_reads_for, remove_path
 
+if TYPE_CHECKING:
+    from .steps import TrainingPosition
+
 
 @dataclass(frozen=True)
 class BackupHooks:
-    """What the fit hook gives a backup when it builds it: where the resume is expected to start (the positioned
-    input, resume.py; None: not positioned, so no exact resume), each rank's own state to keep before a
-    mid-epoch write and give back after a restore (sync.py, rank_state.py), and how to stop this attempt for a
-    rerun (stopping.stop_for_rerun) when the checkpoint the fit was started for is set aside."""
+    """What the fit hook gives a backup when it builds it: the fit's training position (steps.py), where the
+    resume is expected to start (the positioned input, resume.py; None: not positioned, so no exact resume), each
+    rank's own state to keep before a mid-epoch write and give back after a restore (sync.py, rank_state.py), and
+    how to stop this attempt for a rerun (stopping.stop_for_rerun) when the checkpoint the fit was started for is
+    set aside."""
+    position: TrainingPosition
     stop_for_rerun: Callable[[str], NoReturn]
     expected: Any = None
     before_write: Callable[[tuple[int, int]], None] | None = None
@@ -54,7 +59,7 @@ class Backup(Protocol):
 
     def first_epoch(self, script_initial_epoch: int) -> int: ...
 
-    def save_now(self, epoch: int, batch: int) -> str | None: ...
+    def save_now(self) -> str | None: ...
 
 
 def make_backup_callback(plan: Plan, keras: Any, stage: int, script_callbacks: tuple,
@@ -127,8 +132,8 @@ class TfKerasBackup:
             # another callback wants them. The position is set where a checkpoint is written (on_epoch_end,
             # save_now): 15 µs a step saved in place
             return
-        self._position = _after(self, self._current_epoch, batch)
-        self._holding = ends_epoch(self, batch)  # a checkpoint due here waits for the epoch's end (`_backup`)
+        self._position = self.hooks.position.after()
+        self._holding = self.hooks.position.ends_epoch()  # a checkpoint due here waits for the epoch's end
         try:
             super().on_train_batch_end(batch, logs)
         finally:
@@ -136,7 +141,8 @@ class TfKerasBackup:
 
     def _backup(self, epoch: int, batch: int = 0) -> None:
         # patch: checkpoint.tf_keras_backup
-        if self._holding:  # tf_keras' step count says a checkpoint is due at the epoch's last step: see ends_epoch
+        if self._holding:  # tf_keras' step count says a checkpoint is due at the epoch's last step:
+            # TrainingPosition.ends_epoch
             self._held = (epoch, batch)
             return
         if self.hooks.before_write is not None and not self._averaged:
@@ -184,8 +190,10 @@ class TfKerasBackup:
             at = runs.describe(**position, stage=self.stage) if position else f"the end of epoch {epoch + 1}"
             log().info(f"resumed from checkpoint in {self.chief_dir}: training goes on at {at}")
 
-    def save_now(self, epoch: int, batch: int) -> str | None:
+    def save_now(self) -> str | None:
         """Write a checkpoint now (a signal, a timed checkpoint); say where a resume starts, None if it failed."""
+        position = self.hooks.position
+        epoch, batch = position.epoch, position.batch
         if self.save_freq == "epoch" and not self.hooks.exact:
             # epoch-level resume restarts at saved_epoch + 1: mark the interrupted epoch as not done
             self._training_state._ckpt_saved_epoch.assign(epoch - 1)
@@ -193,7 +201,7 @@ class TfKerasBackup:
             self._backup(epoch=epoch - 1)
             where = f"the start of epoch {epoch + 1}, with its partial progress"
         else:
-            self._position = _after(self, epoch, batch)
+            self._position = position.after()
             self._backup(epoch=epoch, batch=batch)
             where = runs.describe(*self._position, stage=self.stage)
         return where if self.written else None
@@ -213,9 +221,7 @@ class Keras3Backup:
         self.plan, self.stage, self.script_callbacks = plan, stage, script_callbacks
         self.chief_dir = runs.chief_dir(plan.checkpoint_dir)
         self.save_freq: Any = self.plan.checkpoint_every or "epoch"
-        self._epoch = 0
-        self._steps = 0  # steps trained in this fit
-        self._last_batch = -1  # the last batch of the epoch in progress that a step ended at
+        self._counted = 0  # the fit's steps when the last step ended
         self._due = False  # DISTRAIN_CHECKPOINT_EVERY steps passed since the last timed checkpoint
         self.hooks = hooks
 
@@ -253,9 +259,6 @@ class Keras3Backup:
         if self.plan.is_chief:
             at = runs.describe(**position, stage=self.stage) if position else runs.describe(done, 0, self.stage)
             log().info(f"resumed from checkpoint in {self.chief_dir}: training goes on at {at}")
-
-    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-        self._epoch, self._last_batch = epoch, -1
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         if self.save_freq == "epoch":
@@ -297,34 +300,34 @@ class Keras3Backup:
         workdirs.make_tree_private(self.chief_dir)
         return True
 
-    def save_now(self, epoch: int, batch: int) -> str | None:
+    def save_now(self) -> str | None:
+        position = self.hooks.position
         if self.hooks.exact:
-            position = _after(self, epoch, batch)
-            return runs.describe(*position, stage=self.stage) if self._save(*position) else None
+            after = position.after()
+            return runs.describe(*after, stage=self.stage) if self._save(*after) else None
+        epoch = position.epoch
         if not self._save(epoch):
             return None
         return f"the start of epoch {epoch + 1}, with its partial progress"
 
 
 class Keras3TimedBackup(Keras3Backup):
-    """With DISTRAIN_CHECKPOINT_EVERY: a step observer (runner.py adds it to steps.StepEnds) and a batch hook,
-    which the epoch-only backup does without."""
+    """With DISTRAIN_CHECKPOINT_EVERY: a step observer (runner.py adds it to the training position's observers) and
+    a batch hook, which the epoch-only backup does without."""
 
-    def step_ended(self, batch: int) -> None:
-        """After each train-function call, with the last batch it ran (steps.py): with steps_per_execution
-        above 1, Keras 3.3's batch hooks run once a call with the call's first batch, so the steps are
-        counted, and the position taken, here."""
-        before, self._steps = self._steps, self._steps + batch - self._last_batch
-        self._last_batch = batch
-        self._due = self._due or before // self.save_freq != self._steps // self.save_freq
+    def step_ended(self) -> None:
+        """After each train-function call (steps.py): with steps_per_execution above 1, Keras 3.3's batch hooks
+        run once a call with the call's first batch, so the steps are counted from the position."""
+        before, self._counted = self._counted, self.hooks.position.steps
+        self._due = self._due or before // self.save_freq != self._counted // self.save_freq
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         # written here, after the script's own batch-end callbacks, as a callback placed last would; at the
-        # epoch's last step, after its end (ends_epoch)
-        if self._due and not ends_epoch(self, self._last_batch):
+        # epoch's last step (an epoch of unknown length's too, once learnt), after its end
+        position = self.hooks.position
+        if self._due and not position.ends_epoch():
             self._due = False
-            epoch, last = self._epoch, self._last_batch
-            self._save(*_after(self, epoch, last)) if self.hooks.exact else self._save(epoch)
+            self._save(*position.after()) if self.hooks.exact else self._save(position.epoch)
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         super().on_epoch_end(epoch, logs)
@@ -336,20 +339,6 @@ class Keras3TimedBackup(Keras3Backup):
 def _length_to_record(hooks: BackupHooks) -> int | None:
     """The input's epoch length a checkpoint keeps where the input is of unknown length (resume.Position)."""
     return hooks.expected.length_to_record() if hooks.exact else None
-
-
-def ends_epoch(callback: Any, batch: int) -> bool:
-    """Whether step `batch` is its epoch's last, as fit's steps per epoch (Keras' params) say: the same on every
-    rank. A checkpoint taken there would resume at the next epoch's start without this one's end (its validation,
-    the script's epoch-end callbacks), which the run never stopped had: the backups write it after that end, and
-    the stop (stopping.py) waits for it too."""
-    steps = (getattr(callback, "params", None) or {}).get("steps")
-    return bool(steps) and batch + 1 >= steps
-
-
-def _after(callback: Any, epoch: int, batch: int) -> tuple[int, int]:
-    """Where a resume starts once step `batch` of `epoch` is done: the next step, or the next epoch's start."""
-    return (epoch + 1, 0) if ends_epoch(callback, batch) else (epoch, batch + 1)
 
 
 def _epochs_done(prefix: str) -> int:

@@ -34,12 +34,15 @@ import tempfile
 import threading
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import endings
 from ..errors import EXIT_WORKER_FAILED
 from ..plan import Plan
 from ..runs import write_private_json
+
+if TYPE_CHECKING:
+    from .steps import TrainingPosition
 
 PEERS_REPORT_WAIT_SECONDS = 10.0  # how long a stalled rank waits for the others' notes before it names the stuck
 
@@ -79,11 +82,11 @@ def stuck_in_user_code(skip: set[int]) -> str | None:
 
 
 class Progress:
-    """What the watchdog reads: steps ended, when, and whether fit is in a pause (first step, epoch end)."""
+    """What the watchdog reads: the fit's position (steps.py), when its last step ended, and whether fit is in a
+    pause (first step, epoch end)."""
 
-    def __init__(self) -> None:
-        self.epoch = 0
-        self.step = 0  # steps ended in this epoch
+    def __init__(self, position: TrainingPosition) -> None:
+        self.position = position
         self.last = time.monotonic()
         self.paused = True
         self.durations: deque[float] = deque(maxlen=200)
@@ -91,8 +94,8 @@ class Progress:
         self.ended = threading.Event()  # fit ended: the watchdog stops at once, not at its next deadline
 
 
-def make_callback(plan: Plan, keras: Any) -> Any:
-    progress = Progress()
+def make_callback(plan: Plan, keras: Any, position: TrainingPosition) -> Any:
+    progress = Progress(position)
     floor, pause = plan.stall_seconds, plan.stall_pause_seconds
 
     class WatchForStalls(keras.callbacks.Callback):
@@ -111,15 +114,14 @@ def make_callback(plan: Plan, keras: Any) -> Any:
             self._watchdog.start()
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            progress.epoch, progress.step, progress.paused = epoch, 0, True
-            progress.last = time.monotonic()
+            progress.paused, progress.last = True, time.monotonic()
 
-        def step_ended(self, batch: int) -> None:
+        def step_ended(self) -> None:
             """Called after each train-function call (steps.py): a batch hook would cost every step."""
             now = time.monotonic()
             if not progress.paused:
                 progress.durations.append(now - progress.last)
-            progress.step, progress.last, progress.paused = batch + 1, now, False
+            progress.last, progress.paused = now, False
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             progress.paused, progress.last = True, time.monotonic()  # validation and epoch-end callbacks follow
@@ -158,7 +160,8 @@ def _report_and_exit(plan: Plan, progress: Progress, waited: float) -> None:
         faulthandler.dump_traceback(file=dump, all_threads=True)
         dump.seek(0)
         stacks = dump.read().decode(errors="replace").splitlines()
-    step = f"epoch {progress.epoch + 1} step {progress.step + 1}"
+    position = progress.position
+    step = f"epoch {position.epoch + 1} step {position.batch + 2}"  # the step in progress, 1-based
     lines = [f"{prefix}distrain: stall: no progress at {step} for {waited:.0f} s; this rank's Python stacks:"]
     lines += [f"{prefix}  {line}" for line in stacks]
     sys.stderr.write("\n".join(lines) + "\n")

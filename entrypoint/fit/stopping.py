@@ -39,6 +39,7 @@ from ..plan import Plan
 
 if TYPE_CHECKING:
     from .checkpoint import Backup
+    from .steps import TrainingPosition
 
 CHIEF_CHECKPOINT_WAIT_SECONDS = 5.0  # how long the other ranks wait for the chief's stop checkpoint to appear
 
@@ -118,22 +119,18 @@ def ignore_stop_signals() -> None:
 
 
 class AgreedStop:
-    """What the stop callback does, apart from Keras: counts steps, and every DISTRAIN_STOP_CHECK_SECONDS of steps
-    asks every rank at once (one small all-reduce) whether any got a signal and whether a timed checkpoint is due;
-    then stops all of them at that step (checkpoint first), or writes the checkpoint."""
+    """What the stop callback does, apart from Keras: every DISTRAIN_STOP_CHECK_SECONDS of steps (counted in the
+    training position's train-function calls) asks every rank at once (one small all-reduce) whether any got a
+    signal and whether a timed checkpoint is due; then stops all of them at that step (checkpoint first), or
+    writes the checkpoint."""
 
     def __init__(self, plan: Plan, reduce_sum: Callable[[list[float]], list[float]], backup: Backup | None,
-                 flag: SignalFlag, learnt_length: Callable[[], int | None] | None = None) -> None:
-        """learnt_length: the epochs' length of a dataset of unknown length, once learnt (unknown_length.py)."""
+                 flag: SignalFlag, position: TrainingPosition) -> None:
         self.plan, self.reduce_sum, self.backup, self.flag = plan, reduce_sum, backup, flag
-        self.learnt_length = learnt_length
+        self.position = position
         self.timed = plan.checkpoint_minutes * 60 if backup is not None else 0.0
-        self.epoch = 0
-        self.epoch_steps: int | None = None  # fit's steps per epoch, where Keras knows them
-        self.last_batch = -1
         self.at_epoch_end: tuple[bool, bool] | None = None  # (stop, checkpoint) agreed at the epoch's last step
-        self.steps = 0
-        self.next_check = 1  # the first step (compilation) is measured too
+        self.next_check = 1  # the first call (compilation) is measured too
         self.since = time.monotonic()
         self.steps_since = 0
         self.saved_at = time.monotonic()
@@ -146,65 +143,57 @@ class AgreedStop:
             ignore_stop_signals()
             raise Preempted(self.flag.signame, None, before_training=self.flag.fits_begun == 1)
 
-    def epoch_began(self, epoch: int, steps: int | None) -> None:
-        self.epoch, self.epoch_steps = epoch, steps
-
     def epoch_end(self) -> None:
         """After every other callback's epoch end (the stop callback comes last): a stop or timed checkpoint
         agreed at the epoch's last step is done here."""
         # an epoch end's pauses (validation, callbacks, the checkpoint) are time the step count does not see: the
         # next epoch's first step checks too, so a stop never waits for several short epochs
-        self.next_check = min(self.next_check, self.steps + 1)
+        self.next_check = min(self.next_check, self.position.calls + 1)
         stop, checkpoint_due = self.at_epoch_end or (False, False)
         self.at_epoch_end = None
         if stop:
-            self._stop(self.last_batch)
+            self._stop()
         if self.backup is not None and self.backup.save_freq == "epoch":
             self.saved_at = time.monotonic()  # the backup wrote its epoch-end checkpoint just before
         elif checkpoint_due:
-            self._timed_checkpoint(self.last_batch)
+            self._timed_checkpoint()
 
-    def _ends_epoch(self, batch: int) -> bool:
-        steps = self.epoch_steps or (self.learnt_length() if self.learnt_length is not None else None)
-        return steps is not None and batch + 1 >= steps
-
-    def step_ended(self, batch: int) -> None:
+    def step_ended(self) -> None:
         """Called after each train-function call (steps.py): a batch hook would cost every step."""
-        self.steps += 1
         self.steps_since += 1
-        self.last_batch = batch
-        if self.steps < self.next_check:
+        calls = self.position.calls
+        if calls < self.next_check:
             return
         plan, now = self.plan, time.monotonic()
         step_time = (now - self.since) / self.steps_since
         due = 1.0 if plan.is_chief and self.timed and now - self.saved_at >= self.timed else 0.0
         # a count of ones, not plan.size: under MWM each local replica of a worker adds its copy
         signalled = 1.0 if self.flag.signame else 0.0
-        last = 1.0 if self._ends_epoch(batch) else 0.0
+        last = 1.0 if self.position.ends_epoch() else 0.0
         stop, step_times, checkpoint_due, count, lasts = self.reduce_sum([signalled, step_time, due, 1.0, last])
         mean_step = step_times / count
         every = plan.stop_check_seconds
-        self.next_check = self.steps + max(1, min(100_000, math.ceil(every / max(mean_step, 1e-6))))
+        self.next_check = calls + max(1, min(100_000, math.ceil(every / max(mean_step, 1e-6))))
         self.since, self.steps_since = time.monotonic(), 0
         if (stop > 0 or checkpoint_due > 0) and lasts == count:  # every rank's epoch ends here: wait for its end
             self.at_epoch_end = (stop > 0, checkpoint_due > 0)
             return
         if stop > 0:
-            self._stop(batch)
+            self._stop()
         if checkpoint_due > 0:
-            self._timed_checkpoint(batch)
+            self._timed_checkpoint()
 
-    def _timed_checkpoint(self, batch: int) -> None:
-        where = self.backup.save_now(self.epoch, batch)
+    def _timed_checkpoint(self) -> None:
+        where = self.backup.save_now()
         self.saved_at = time.monotonic()
         if where and self.plan.is_chief:
             log().info(f"timed checkpoint (every {self.plan.checkpoint_minutes:g} min): resumes at {where}")
 
-    def _stop(self, batch: int) -> None:
+    def _stop(self) -> None:
         plan, backup = self.plan, self.backup
         waits_for_chief = backup is not None and plan.size > 1 and not plan.is_chief
         before = _newest_number(plan) if waits_for_chief else 0
-        where = backup.save_now(self.epoch, batch) if backup is not None else None
+        where = backup.save_now() if backup is not None else None
         if waits_for_chief:
             _wait_for_chief_checkpoint(plan, before)
         ignore_stop_signals()
@@ -223,7 +212,7 @@ def stops_in_batch_hooks(callback: Any, keras: Any) -> bool:
 
 
 def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Backup | None, flag: SignalFlag,
-                  learnt_length: Callable[[], int | None] | None = None, script_callbacks: tuple = ()) -> Any:
+                  position: TrainingPosition, script_callbacks: tuple = ()) -> Any:
     """The callback that stops every rank at the same step once any rank got a signal (checkpoint first), and
     writes the timed checkpoints (DISTRAIN_CHECKPOINT_MINUTES) at steps all ranks agree on (AgreedStop). Under
     Horovod elastic, a callback that does nothing: no agreed stop, no checkpoints of distrain's (see `install`).
@@ -231,7 +220,7 @@ def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Backup |
     if plan.elastic:
         return keras.callbacks.Callback()  # no step_ended: nothing is done per step
     reduce_sum = sum_over_ranks(plan, tf, engine)
-    logic = AgreedStop(plan, reduce_sum, backup, flag, learnt_length)
+    logic = AgreedStop(plan, reduce_sum, backup, flag, position)
     agreed = plan.size > 1
 
     def agree_on_stop_training(model: Any) -> None:
@@ -249,9 +238,6 @@ def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Backup |
 
         def on_train_end(self, logs: Any = None) -> None:
             flag.in_fit = False
-
-        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            logic.epoch_began(epoch, (getattr(self, "params", None) or {}).get("steps"))  # set by fit
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             if agreed:

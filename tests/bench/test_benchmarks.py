@@ -56,7 +56,7 @@ def test_benchmarks_smoke_writes_every_ratio(tmp_path):
     # the per-step work of the stall watchdog and the stop check where the train function calls it (steps.py)
     for family, checkpoint in (("Keras 3", "Keras3Backup"), ("tf_keras", "TfKerasBackup")):
         in_place = perstep["callbacks_in_place"][family]
-        assert "StepEnds.call_ended" in in_place["per_step_hook_us"], in_place["per_step_hook_us"]
+        assert "TrainingPosition.call_ended" in in_place["per_step_hook_us"], in_place["per_step_hook_us"]
         timed = {hook.split(".")[0] for hook in in_place["once_a_run_ms"]}
         assert {"WatchForStalls", "StopAndCheckpoint", checkpoint} <= timed, timed
         assert in_place["once_a_run_ms"][f"{checkpoint}.on_epoch_end"] > 0  # the checkpoint written at the end

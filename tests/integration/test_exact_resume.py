@@ -198,25 +198,29 @@ def test_a_run_stopped_twice_in_one_epoch_resumes_exactly(tmp_path, kept_runs):
     assert np.array_equal(np.load(a / "weights.npy"), np.load(tmp_path / "b" / "weights.npy"))
 
 
-@pytest.mark.parametrize(("family", "stop", "where"), [
-    ("keras3", {"STOP_AT": "2:6", "DISTRAIN_STOP_CHECK_SECONDS": "0"}, "the start of epoch 3"),
-    ("legacy", {"CRASH_AT": "3:2", "DISTRAIN_CHECKPOINT_EVERY": "7"}, "the start of epoch 3"),
-    ("legacy", {"STOP_AT": "3:6", "DISTRAIN_STOP_CHECK_SECONDS": "0"}, "the start of epoch 4")],
-    ids=["stop-keras3", "timed-checkpoint-then-crash-legacy", "stop-at-the-fits-end-legacy"])
-def test_a_checkpoint_at_an_epochs_last_step_keeps_that_epochs_end(tmp_path, kept_runs, family, stop, where):
+@pytest.mark.parametrize(("family", "data", "stop", "where"), [
+    ("keras3", "numpy", {"STOP_AT": "2:6", "DISTRAIN_STOP_CHECK_SECONDS": "0"}, "the start of epoch 3"),
+    ("legacy", "numpy", {"CRASH_AT": "3:2", "DISTRAIN_CHECKPOINT_EVERY": "7"}, "the start of epoch 3"),
+    ("keras3", "tfrecord", {"CRASH_AT": "3:2", "DISTRAIN_CHECKPOINT_EVERY": "7"}, "the start of epoch 3"),
+    ("legacy", "numpy", {"STOP_AT": "3:6", "DISTRAIN_STOP_CHECK_SECONDS": "0"}, "the start of epoch 4")],
+    ids=["stop-keras3", "timed-checkpoint-then-crash-legacy", "timed-checkpoint-unknown-length-keras3",
+         "stop-at-the-fits-end-legacy"])
+def test_a_checkpoint_at_an_epochs_last_step_keeps_that_epochs_end(tmp_path, kept_runs, family, data, stop, where):
     """A stop agreed at an epoch's last step (the signal comes one step before: the check after the next step
     finds it), or a DISTRAIN_CHECKPOINT_EVERY checkpoint falling there (7 steps an epoch), waits for that epoch's
     end: the script's ReduceLROnPlateau lowers the learning rate there, and the run resumed at the next epoch's
     start ends with the weights of the run never stopped (a checkpoint written before the epoch's end resumes
-    without it: weights 0.036 apart). Stopped at the last epoch's last step, the rerun has nothing left to train
-    and finishes (where a rerun of nothing to train could make tf_keras fail with `Empty logs`)."""
+    without it: weights 0.036 apart). An epoch of unknown length (TFRecord shards) too, once its first epoch has
+    learnt the length (a checkpoint taken at the step itself would resume at "epoch 2, step 8").
+    Stopped at the last epoch's last step, the rerun has nothing left to train and finishes (where a rerun of
+    nothing to train could make tf_keras fail with `Empty logs`)."""
     launcher, args = LAUNCHERS["single"], ("--reduce-lr-on-plateau",)
-    a = never_stopped(kept_runs, launcher, family, args=args)
-    interrupted = train(launcher, tmp_path / "b", tmp_path / "state-b", family, args=args, **stop)
+    a = never_stopped(kept_runs, launcher, family, data, args=args)
+    interrupted = train(launcher, tmp_path / "b", tmp_path / "state-b", family, data, args=args, **stop)
     assert interrupted.returncode != 0, interrupted.stdout[-3000:]
     if "STOP_AT" in stop:
         assert f"rerun to resume at {where}" in interrupted.stdout, interrupted.stdout[-3000:]
-    resumed = train(launcher, tmp_path / "b", tmp_path / "state-b", family, args=args,
+    resumed = train(launcher, tmp_path / "b", tmp_path / "state-b", family, data, args=args,
                     **{k: v for k, v in stop.items() if k == "DISTRAIN_CHECKPOINT_EVERY"})
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     assert f"at {where} (" in resumed.stdout, resumed.stdout[-3000:]

@@ -5,69 +5,72 @@ proof: integration/test_exact_resume.py::test_a_checkpoint_at_an_epochs_last_ste
 
 import pytest
 
-from entrypoint.fit import stopping
+from entrypoint.fit import steps, stopping
 from entrypoint.plan import detect
 
 
 class Backup:
     """What the stop uses of a backup: its schedule and a checkpoint written now."""
 
-    def __init__(self, save_freq="epoch"):
-        self.save_freq, self.saved = save_freq, []
+    def __init__(self, position, save_freq="epoch"):
+        self.position, self.save_freq, self.saved = position, save_freq, []
 
-    def save_now(self, epoch, batch):
-        self.saved.append((epoch, batch))
-        return f"epoch {epoch}, after step {batch}"
-
-
-def agreed_stop(tmp_path, monkeypatch, backup, reduce_sum=lambda values: values, learnt_length=None):
-    flag = stopping.SignalFlag()
-    flag.signame = "SIGTERM"  # the signal came: the next check stops
-    return stopping.AgreedStop(detect({}, gpus=[]), reduce_sum, backup, flag, learnt_length)
+    def save_now(self):
+        self.saved.append((self.position.epoch, self.position.batch))
+        return f"epoch {self.position.epoch}, after step {self.position.batch}"
 
 
-@pytest.mark.parametrize(("steps", "learnt"), [(7, None), (None, 7)], ids=["fits-steps", "learnt-length"])
-def test_a_stop_at_an_epochs_last_step_is_taken_after_its_end(tmp_path, monkeypatch, steps, learnt):
-    backup = Backup()
-    stop = agreed_stop(tmp_path, monkeypatch, backup, learnt_length=lambda: learnt)
-    stop.epoch_began(1, steps)
-    stop.step_ended(6)  # the first step checks: the 7th and last of the epoch
-    assert backup.saved == []
+class Fit:
+    """The stop, its backup and the training position they read, as the fit hook builds them."""
+
+    def __init__(self, reduce_sum=lambda values: values, learnt_length=None, save_freq="epoch"):
+        self.position = steps.TrainingPosition(learnt_length=learnt_length)
+        self.backup = Backup(self.position, save_freq)
+        flag = stopping.SignalFlag()
+        flag.signame = "SIGTERM"  # the signal came: the next check stops
+        self.stop = stopping.AgreedStop(detect({}, gpus=[]), reduce_sum, self.backup, flag, self.position)
+        self.position.observers.append(self.stop.step_ended)
+
+    def step_ends_at(self, epoch, batch, length):
+        """The epoch begins (`length` steps, None: unknown) and trains up to `batch`: its last call checks."""
+        self.position.epoch_began(epoch, length)
+        self.position.batch = batch - 1
+        self.position.call_ended()
+
+
+@pytest.mark.parametrize(("length", "learnt"), [(7, None), (None, 7)], ids=["fits-steps", "learnt-length"])
+def test_a_stop_at_an_epochs_last_step_is_taken_after_its_end(length, learnt):
+    fit = Fit(learnt_length=lambda: learnt)
+    fit.step_ends_at(1, 6, length)  # the first call checks: the 7th and last step of the epoch
+    assert fit.backup.saved == []
     with pytest.raises(stopping.Preempted):
-        stop.epoch_end()
-    assert backup.saved == [(1, 6)]
+        fit.stop.epoch_end()
+    assert fit.backup.saved == [(1, 6)]
 
 
-def test_a_stop_within_an_epoch_is_taken_at_once(tmp_path, monkeypatch):
-    backup = Backup()
-    stop = agreed_stop(tmp_path, monkeypatch, backup)
-    stop.epoch_began(1, 7)
+def test_a_stop_within_an_epoch_is_taken_at_once():
+    fit = Fit()
     with pytest.raises(stopping.Preempted):
-        stop.step_ended(3)
-    assert backup.saved == [(1, 3)]
+        fit.step_ends_at(1, 3, 7)
+    assert fit.backup.saved == [(1, 3)]
 
 
-def test_ranks_that_disagree_about_the_epochs_end_all_stop_at_once(tmp_path, monkeypatch):
+def test_ranks_that_disagree_about_the_epochs_end_all_stop_at_once():
     """Another rank's epoch does not end at this step (a rank that has not learnt the length yet): its sum of
     "last" is below the count, and every rank stops here rather than some waiting while others write."""
-    backup = Backup()
     other_rank = [0.0, 0.001, 0.0, 1.0, 0.0]  # [signalled, step time, checkpoint due, one, last]
-    stop = agreed_stop(tmp_path, monkeypatch, backup,
-                       reduce_sum=lambda values: [a + b for a, b in zip(values, other_rank, strict=True)])
-    stop.epoch_began(1, 7)
+    fit = Fit(reduce_sum=lambda values: [a + b for a, b in zip(values, other_rank, strict=True)])
     with pytest.raises(stopping.Preempted):
-        stop.step_ended(6)
-    assert backup.saved == [(1, 6)]
+        fit.step_ends_at(1, 6, 7)
+    assert fit.backup.saved == [(1, 6)]
 
 
-def test_a_timed_checkpoint_due_at_an_epochs_last_step_is_written_after_its_end(tmp_path, monkeypatch):
+def test_a_timed_checkpoint_due_at_an_epochs_last_step_is_written_after_its_end():
     """DISTRAIN_CHECKPOINT_MINUTES with DISTRAIN_CHECKPOINT_EVERY: the backup writes none at the epoch's end."""
-    backup = Backup(save_freq=100)
-    stop = agreed_stop(tmp_path, monkeypatch, backup)
-    stop.flag.signame = None
-    stop.timed, stop.saved_at = 60.0, -1e9  # a timed checkpoint long due
-    stop.epoch_began(0, 7)
-    stop.step_ended(6)
-    assert backup.saved == []
-    stop.epoch_end()
-    assert backup.saved == [(0, 6)]
+    fit = Fit(save_freq=100)
+    fit.stop.flag.signame = None
+    fit.stop.timed, fit.stop.saved_at = 60.0, -1e9  # a timed checkpoint long due
+    fit.step_ends_at(0, 6, 7)
+    assert fit.backup.saved == []
+    fit.stop.epoch_end()
+    assert fit.backup.saved == [(0, 6)]

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from entrypoint.fit import stalls
+from entrypoint.fit import stalls, steps
 from entrypoint.plan import detect
 
 
@@ -37,7 +37,7 @@ class Watched:
 
         monkeypatch.setattr(stalls, "_limit", counted_limit)
         monkeypatch.setattr(stalls, "_report_and_exit", report)
-        self.callback = stalls.make_callback(plan, keras)
+        self.callback = stalls.make_callback(plan, keras, steps.TrainingPosition())
         self.callback.on_train_begin()
         self.callback.on_epoch_begin(0)
 
@@ -57,15 +57,15 @@ def watched(keras, monkeypatch, tmp_path):
 def test_a_stall_after_the_first_steps_is_reported_at_the_steady_limit_not_the_pause(watched):
     w = watched(floor=1.0, pause=30.0)  # the epoch's first step compiles: the pause's limit
     time.sleep(0.2)
-    w.callback.step_ended(0)
-    w.callback.step_ended(1)  # a step time known: the steady limit (the floor) from here
+    w.callback.step_ended()
+    w.callback.step_ended()  # a step time known: the steady limit (the floor) from here
     assert len(w.reported_within(5)) == 1 and 1.0 < w.reported[0] < 1.3, w.reported
 
 
 def test_steady_steps_are_not_a_stall_and_do_not_wake_the_watchdog_each_step(watched):
     w = watched(floor=1.0, pause=30.0)
-    for batch in range(40):  # 4 s of 0.1 s steps
-        w.callback.step_ended(batch)
+    for _ in range(40):  # 4 s of 0.1 s steps
+        w.callback.step_ended()
         time.sleep(0.1)
     assert not w.reported
     assert w.wakes <= 8, w.wakes  # about one a second (the floor); 40 with a tick as short as a step
@@ -73,8 +73,8 @@ def test_steady_steps_are_not_a_stall_and_do_not_wake_the_watchdog_each_step(wat
 
 def test_epoch_end_callbacks_get_the_pause_limit(watched):
     w = watched(floor=1.0, pause=2.0)
-    for batch in range(3):
-        w.callback.step_ended(batch)
+    for _ in range(3):
+        w.callback.step_ended()
     w.callback.on_epoch_end(0)  # the script's epoch-end callbacks now take long
     assert len(w.reported_within(5)) == 1 and 2.0 < w.reported[0] < 2.3, w.reported
 
