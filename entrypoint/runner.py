@@ -24,7 +24,7 @@ from typing import Any
 from . import runs, startup_stop
 from .compat import adopt, tf_keras_mwm
 from .engines import Engine
-from .fit import batches, callback_state, checkpoint, resume, saves, stages, stalls, steps, stopping, sync
+from .fit import batches, callback_state, checkpoint, resume, saves, stages, stalls, starting, steps, stopping, sync
 from .log import configure as configure_log
 from .log import get as log
 
@@ -86,7 +86,7 @@ def install_hooks(engine: Engine, keras: Any, tf: Any, evened: batches.EvenedInp
         if backup is not None:
             resume.build_before_restore(self, args_, stage.checkpoint_dir)
         _progress_from_the_chief_only(engine, args_)
-        with resume.starting_at(plan.family, self, fit_callbacks.position), \
+        with starting.starting_at(plan.family, self, fit_callbacks.position), \
                 steps.observed(self, fit_callbacks.training), saves.callback_files_aside(engine, keras, user):
             history = orig_fit(*bound.args, **bound.kwargs)
         if backup is not None:

@@ -8,10 +8,13 @@ raises, so the run is refused at start-up with one line rather than failing late
 1. `reduce_per_replica(..., "mean")` calls `strategy.reduce("MEAN", v, axis=0)` for every logged value under
    MWM, which fails on scalar losses and metrics ("Invalid reduction dimension 0 for input with 0 dimensions").
    tensorflow/tensorflow#72388, keras-team/keras#20585. A scalar needs `axis=None`.
-2. `_maybe_symbolic_build` (newer Keras 3) reduces the first distributed *input* batch with
+2. `_maybe_symbolic_build` (newer Keras 3) reads the first distributed *input* batch and reduces it with
    `strategy.reduce("MEAN", batch, axis=None)` to build the model symbolically; MWM cannot reduce a PerReplica of
-   input tensors ("Attempt to convert a value (PerReplica...)"). keras-team/keras#20585. The first local
-   replica's batch is enough to build.
+   input tensors ("Attempt to convert a value (PerReplica...)"), keras-team/keras#20585. Reading it costs the
+   script's input too: a Python generator or PyDataset loses the batches read (and prefetched), and a seeded
+   reshuffling dataset draws its first order for that read, so `fit` trains other batches than one process
+   (Keras 3.15). The model is built from the input's element spec (shapes and dtypes), read from nothing; where
+   the input has none, from the first local replica's batch.
 3. `SeedGenerator` (Dropout and every seeded layer) keeps its state in a uint32 variable, which MWM's
    collective initialisation cannot broadcast ("Value for attr 'T' of uint32 is not in the list of allowed
    values"). Fixed upstream by keras-team/keras#19928 (int64 seeds on TensorFlow); older Keras 3 (3.3.x, the one
@@ -36,6 +39,11 @@ raises, so the run is refused at start-up with one line rather than failing late
 8. `predict_on_batch` hands its batch, undistributed, to every replica and concatenates what they return: under N
    replicas it returns N copies of the predictions, one after the other (Keras 3.3 to 3.16). The first replica's
    copy is the one process's answer.
+9. Keras versions that scale each replica's loss by 1/replicas (`scale_loss_for_distribution`, for the gradients'
+   sum) unscale it again before their own train and test steps log it; a custom `train_step` as Keras' guide
+   "Customizing what happens in fit()" writes it hands `compute_loss`'s value to the "loss" metric as it is: N
+   replicas log 1/N of the loss (Keras 3.15, 3.16). A `Mean` metric given that very value takes it unscaled; any
+   other value (the script's own `loss * num_replicas_in_sync`, Keras' own unscaled one) is left as it is.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ import inspect
 import re
 import threading
 import weakref
+from collections import deque
 from typing import Any
 
 from ..errors import EnvironmentProblem
@@ -57,6 +66,7 @@ _UINT32_STATE = re.compile(r"""dtype=["']uint32["']""")
 _REDUCE_IN_MERGE_CALL = re.compile(r"""grads_and_vars = self\._all_reduce_sum_gradients\(""")
 _CLIPS_BEFORE_REDUCE = re.compile(r"""grads = self\._clip_gradients\(grads\)""")
 _PREDICT_UNDISTRIBUTED = re.compile(r"""self\.predict_function\(\[\(x,\)\]\)""")
+_SCALED_LOSSES_KEPT = 8  # compute_loss values remembered (the traces of one step: train, test, several models)
 
 
 def _source(obj: Any) -> str:
@@ -137,6 +147,8 @@ def _apply(tf: Any, version: str) -> list[str]:
         losses.reduce_values = _mean_no_nan(losses.reduce_values)
         applied.append("empty-batch losses are 0, not NaN (tf#36224)")
     applied += _one_copy_from_predict_on_batch(trainer_cls, tf)
+    if scaled:
+        applied += _custom_steps_log_the_unscaled_loss(tf)
     # patch: keras3_mwm.int64_seeds
     if _UINT32_STATE.search(_source(seeds.SeedGenerator.__init__)):
         seeds.SeedGenerator.__init__ = _int64_seed_state(seeds.SeedGenerator.__init__)
@@ -151,6 +163,33 @@ def _one_copy_from_predict_on_batch(trainer_cls: type, tf: Any) -> list[str]:
         return []
     trainer_cls.predict_on_batch = _first_replicas_copy(predict_on_batch, tf)
     return ["predict_on_batch returns one copy of its predictions, not one per replica"]
+
+
+def _custom_steps_log_the_unscaled_loss(tf: Any) -> list[str]:
+    """Fix 9: compute_loss's values are remembered (the tensors themselves, a few: they are made when a step is
+    traced), and a Mean metric updated with one of them is updated with it times the replicas."""
+    # patch: keras3_mwm.custom_step_loss
+    trainer_base = importlib.import_module("keras.src.trainers.trainer").Trainer
+    mean_cls = importlib.import_module("keras.src.metrics.reduction_metrics").Mean
+    scaled: deque = deque(maxlen=_SCALED_LOSSES_KEPT)
+    compute_loss, update_state = trainer_base.compute_loss, mean_cls.update_state
+
+    @functools.wraps(compute_loss)
+    def remembering_compute_loss(self: Any, *args: Any, **kwargs: Any) -> Any:
+        loss = compute_loss(self, *args, **kwargs)
+        if loss is not None and tf.distribute.get_strategy().num_replicas_in_sync > 1:
+            scaled.append(loss)
+        return loss
+
+    @functools.wraps(update_state)
+    def unscaling_update_state(self: Any, values: Any, *args: Any, **kwargs: Any) -> Any:
+        if any(values is loss for loss in scaled):
+            values = values * tf.cast(tf.distribute.get_strategy().num_replicas_in_sync, values.dtype)
+        return update_state(self, values, *args, **kwargs)
+
+    trainer_base.compute_loss = remembering_compute_loss
+    mean_cls.update_state = unscaling_update_state
+    return ["a custom train_step's loss metric gets the loss unscaled, as Keras' own step logs it"]
 
 
 def _first_replicas_copy(original: Any, tf: Any) -> Any:
@@ -186,10 +225,26 @@ def _scalar_safe_reduce(original: Any, multi_worker: Any, tf: Any) -> Any:
     return reduce_per_replica
 
 
+def _input_spec(epoch_iterator: Any, tf: Any) -> Any:
+    """The element spec of the input an epoch iterator reads (a new, unread dataset from its adapter), or None."""
+    adapter = getattr(epoch_iterator, "data_adapter", None)
+    try:
+        spec = adapter.get_tf_dataset().element_spec
+    except Exception:  # noqa: BLE001 - an adapter without a tf.data form, a distributed dataset: read a batch
+        return None
+    specs = tf.nest.flatten(spec)
+    return spec if specs and all(isinstance(s, tf.TensorSpec) for s in specs) else None
+
+
 def _build_from_local_batch(original: Any, multi_worker: Any, tf: Any) -> Any:
+    # patch: keras3_mwm.symbolic_build
     @functools.wraps(original)
     def _maybe_symbolic_build(self: Any, iterator: Any = None, data_batch: Any = None) -> Any:
         strategy = self.distribute_strategy
+        if iterator is not None and self._distribute_strategy is not None:
+            spec = _input_spec(iterator, tf)
+            if spec is not None:
+                return original(self, iterator=None, data_batch=spec)
         if iterator is not None and self._distribute_strategy is not None and multi_worker(strategy):
             for step in iterator:
                 batch = next(step[-1])  # (begin, end, iterator) in Keras 3.15; the iterator is always last

@@ -7,11 +7,12 @@ never the last ones; and a reshuffling input replays epoch 1's order in a new pr
 - **The data position.** numpy input (the common `fit(x, y, batch_size, shuffle=True)`) is taken into one
   pipeline over all remaining epochs (array_input.positioned_array_dataset) whose epoch e order is drawn from
   (seed, e) alone; a resume at epoch E, step S starts it at E and leaves out S batches. A tf.data dataset of
-  known length is repeated for the remaining epochs, the orders of the epochs done drawn first, S batches
-  skipped. The same pipeline runs whether or not the run was ever stopped, so both train the same batches.
+  known length is repeated for the remaining epochs, each drawing the orders Keras' fit draws of it (one an
+  epoch, or two on Keras 3.15), the orders of the epochs done drawn first, S batches skipped. The same pipeline
+  runs whether or not the run was ever stopped, so both train the same batches.
 - **The step count.** The resumed epoch runs its steps S..end only (tf_keras: the counters its own
   BackupAndRestore would load; Keras 3: the first S steps of the epoch iterator are passed over before any batch
-  is read).
+  is read): starting.py.
 
 An endless dataset with fit's steps_per_epoch is one stream read through one iterator for the whole fit: a
 resume at epoch E, step S leaves out E * steps_per_epoch + S batches of it. A dataset of unknown length (TFRecord
@@ -27,8 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,11 +36,10 @@ from .. import runs
 from ..compat import keras3_trainer
 from ..keras_family import KerasFamily
 from . import arrays as array_input
-from . import batches, skip_beneath, unknown_length
+from . import batches, skip_beneath, starting, unknown_length
 
 _ENDLESS = -1  # tf.data.INFINITE_CARDINALITY
 _UNKNOWN = -2  # tf.data.UNKNOWN_CARDINALITY
-_TF_KERAS_COUNTERS = "_maybe_load_initial_counters_from_ckpt"  # where tf_keras' fit asks for its first epoch and step
 
 
 @dataclass(frozen=True)
@@ -92,7 +91,8 @@ def position_input(arguments: dict, *, family: KerasFamily, checkpoint_dir: str,
         steps, position, dataset, rank_share = _positioned_unknown_length(x, position, family, in_later_epoch,
                                                                           epochs, rank, size, replicas, note)
     elif array_input.is_dataset(x):
-        dataset, rank_share = _positioned_dataset(x, position, epochs, rank, size, replicas, note)
+        draws = keras3_trainer.iterators_per_epoch() if family.starts_by_skipping_steps else 1
+        dataset, rank_share = _positioned_dataset(x, position, epochs, rank, size, replicas, note, draws)
     else:
         batch_size = int(arguments.get("batch_size") or 32)
         shuffle = arguments.get("shuffle", True) is not False
@@ -163,22 +163,53 @@ def _within(position: Position, steps: int | None, epochs: int) -> Position:
 
 
 def _positioned_dataset(dataset: Any, position: Position, epochs: int, rank: int, size: int, replicas: int,
-                        note: Callable[[str], None]) -> tuple[Any, bool]:
+                        note: Callable[[str], None], draws: int = 1) -> tuple[Any, bool]:
     """The script's dataset, one epoch after the other from `position` on, and whether it is this rank's share of
-    each batch. `repeat` gives each epoch the order Keras' new iterator per epoch gives (a seeded
-    `shuffle(reshuffle_each_iteration=True)` draws its next order for each new iterator), so the same run stopped
-    or not trains the same batches; a resumed process creates the iterators of the epochs done (nothing is read:
+    each batch. Each epoch makes the iterators Keras' fit makes of it (`draws`: one, or two on a Keras 3 that makes
+    another at each epoch's end, never read): a seeded `shuffle(reshuffle_each_iteration=True)` draws its next
+    order for each new iterator, so each epoch trains the order plain `python` trains, and the same run stopped
+    or not trains the same batches. A resumed process creates the iterators of the epochs done (nothing is read:
     that draws their orders) before it starts. The resumed epoch is the script's pipeline with its first batches
     left out beneath the stages that make them (skip_beneath.py), the same order: its iterator draws it."""
+    import tensorflow as tf
+
     per_epoch, rank_share = _this_ranks_batches(dataset, rank, size, replicas)
-    for _ in range(position.epoch):
+    for _ in range(position.epoch * draws):
         iter(per_epoch)
+    left = epochs - position.epoch
     if not position.step:  # no stage that does nothing in every fresh run: a stage costs CPU on every batch
-        return per_epoch.repeat(epochs - position.epoch), rank_share
+        if draws == 1:
+            return per_epoch.repeat(left), rank_share
+        epochs_drawn, length = _epochs_drawn(per_epoch, per_epoch, left, draws), int(per_epoch.cardinality())
+        if length >= 0:  # known as `repeat` knows it (a Horovod rank's slices are of unknown length)
+            epochs_drawn = epochs_drawn.apply(tf.data.experimental.assert_cardinality(left * length))
+        return epochs_drawn, rank_share
     first = _without_first_batches(dataset, position.step, int(dataset.cardinality()), rank, size, replicas, note)
     # the length is left unknown (a filter that keeps everything): Keras 3.15 counts the steps passed over in the
-    # resumed epoch (_keras3_skipping) against a known one and would end the last epoch that many early
-    return first.concatenate(per_epoch.repeat(epochs - position.epoch - 1)).filter(_keep), rank_share
+    # resumed epoch (starting.py) against a known one and would end the last epoch that many early
+    return _epochs_drawn(first, per_epoch, left, draws).filter(_keep), rank_share
+
+
+def _epochs_drawn(first: Any, per_epoch: Any, epochs: int, draws: int) -> Any:
+    """`first`, then `per_epoch` for the other epochs, each epoch's iterator made with the `draws - 1` others Keras
+    makes after it: unread inputs of a `choose_from_datasets` that reads only the first (its iterator makes all of
+    them, in order, and reads none but the one chosen). Every epoch is a `flat_map`'s: a `choose_from_datasets`
+    as `concatenate`'s first input fails under a strategy's MultiDeviceIterator (TensorFlow 2.21: "Incompatible
+    shapes at component 0")."""
+    import tensorflow as tf
+
+    if draws == 1:
+        return first.concatenate(per_epoch.repeat(epochs - 1))
+
+    def drawn(epoch: Any, count: int) -> Any:
+        def one(_: Any) -> Any:
+            first_only = tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)).repeat()
+            return tf.data.Dataset.choose_from_datasets([epoch] + [per_epoch] * (draws - 1), first_only,
+                                                        stop_on_empty_dataset=True)
+
+        return tf.data.Dataset.range(count).flat_map(one)
+
+    return drawn(first, 1).concatenate(drawn(per_epoch, epochs - 1))
 
 
 def _positioned_unknown_length(dataset: Any, position: Position, family: KerasFamily, in_later_epoch: bool,
@@ -245,7 +276,7 @@ def _keep(*_element: Any) -> bool:
 
 def _why_not_positionable(arguments: dict, family: KerasFamily) -> str | None:
     x = arguments.get("x")
-    if family.starts_by_skipping_steps and _keras3_step_generator() is None:
+    if family.starts_by_skipping_steps and starting.keras3_step_generator() is None:
         return "this Keras 3 has no epoch iterator distrain knows how to start mid-epoch"
     if x is not None and array_input.is_dataset(x):
         length = int(x.cardinality())
@@ -294,144 +325,3 @@ def unseeded_shuffle(dataset: Any) -> bool:
                 if int(stage._seed) == 0 and int(stage._seed2) == 0:
                     return True
     return False
-
-
-@contextlib.contextmanager
-def starting_at(family: KerasFamily, model: Any, position: Position | None) -> Iterator[None]:
-    """Run the fit inside this so that its first epoch, `position.epoch`, starts at step `position.step`."""
-    if position is None:
-        yield
-        return
-    if family.starts_by_skipping_steps:
-        with _keras3_building_as_plain_keras(position.script_dataset), _keras3_skipping(position.step):
-            yield
-        return
-    if position.step == 0:
-        yield
-        return
-    with _tf_keras_starting_at(model, position):
-        yield
-
-
-@contextlib.contextmanager
-def _tf_keras_starting_at(model: Any, position: Position) -> Iterator[None]:
-    """tf_keras' fit asks the model where to start (`Model._maybe_load_initial_counters_from_ckpt`, its
-    BackupAndRestore's counters): for this model, during this fit, the answer is the position. Patched on the
-    class that defines the method and restored after the fit, never set on the user's model."""
-    # patch: resume.tf_keras_counters
-    owner = next(cls for cls in type(model).__mro__ if _TF_KERAS_COUNTERS in vars(cls))
-    original = vars(owner)[_TF_KERAS_COUNTERS]
-
-    def counters(self: Any, *args: Any, **kwargs: Any) -> tuple[int, int]:
-        return (position.epoch, position.step) if self is model else original(self, *args, **kwargs)
-
-    setattr(owner, _TF_KERAS_COUNTERS, counters)
-    try:
-        yield
-    finally:
-        setattr(owner, _TF_KERAS_COUNTERS, original)
-
-
-def _keras3_step_generator() -> tuple[Any, str] | None:
-    """The Keras 3 method that yields one epoch's (step, ..., iterator) tuples without reading a batch: Keras 3.3's
-    `TFEpochIterator.enumerate_epoch`, later versions' `EpochIterator._enumerate_iterator`; None if neither is
-    there (then nothing is positioned: see position_input)."""
-    try:
-        from keras.src.backend.tensorflow.trainer import TFEpochIterator
-    except ImportError:
-        return None
-    for name in ("_enumerate_iterator", "enumerate_epoch"):
-        if inspect.isgeneratorfunction(getattr(TFEpochIterator, name, None)):
-            return TFEpochIterator, name
-    return None
-
-
-@contextlib.contextmanager
-def _keras3_building_as_plain_keras(script_dataset: Any) -> Iterator[None]:
-    """Keras 3.4 on builds the model, metrics and optimizer symbolically before the first epoch from one batch it
-    reads through an iterator of its own, then drops it. Plain Keras reads it from the script's dataset: that
-    draws one order of a seeded reshuffle, before the epochs' own. Read from distrain's
-    positioned pipeline, the epochs repeated in one iterator, read-ahead past a short remainder of an epoch draws
-    the next order too, so the epochs after it trained other orders than the run never stopped (measured on
-    Keras 3.15.1 under MWM: the resumed epoch trained the next epoch's order). So the build reads its batch from
-    the script's own dataset, as plain Keras does. Keras 3.3 has no such build: nothing to do."""
-    # patch: resume.keras3_build
-    TensorFlowTrainer = keras3_trainer.trainer_class()  # noqa: N806 - the class, under Keras' own name
-
-    build = getattr(TensorFlowTrainer, "_maybe_symbolic_build", None)
-    if build is None or script_dataset is None:
-        yield
-        return
-
-    def from_the_scripts_dataset(self: Any, iterator: Any = None, data_batch: Any = None) -> Any:
-        # patch: resume.keras3_build
-        if iterator is not None:
-            iterator = _ScriptsOwnBatch(getattr(iterator, "_distribute_strategy", None), script_dataset)
-        return build(self, iterator=iterator, data_batch=data_batch)
-
-    TensorFlowTrainer._maybe_symbolic_build = from_the_scripts_dataset
-    try:
-        yield
-    finally:
-        TensorFlowTrainer._maybe_symbolic_build = build
-
-
-class _ScriptsOwnBatch:
-    """What Keras 3's symbolic build iterates in place of its epoch iterator: one (step, step, iterator) tuple,
-    the iterator over the script's own dataset, distributed as Keras distributes it."""
-
-    def __init__(self, strategy: Any, dataset: Any) -> None:
-        self.strategy, self.dataset = strategy, dataset
-
-    def __iter__(self) -> Iterator[tuple]:
-        dataset = self.dataset
-        if self.strategy is not None:
-            dataset = self.strategy.experimental_distribute_dataset(dataset)
-        yield 0, 0, iter(dataset)
-
-
-@contextlib.contextmanager
-def _keras3_skipping(steps: int) -> Iterator[None]:
-    """Keras 3's fit reads a batch only when it runs a step: the first epoch's first `steps` (step, ...,
-    iterator) tuples are passed over, so no batch is read for them and the callbacks see the true step
-    numbers."""
-    # patch: resume.keras3_skipping
-    if not steps:
-        yield
-        return
-    found = _keras3_step_generator()
-    if found is None:
-        raise RuntimeError("position_input positions Keras 3 input only where it can skip steps")
-    owner, name = found
-    original = getattr(owner, name)
-    pending = [steps]
-    building = [False]
-    TensorFlowTrainer = keras3_trainer.trainer_class()  # noqa: N806 - the class, under Keras' own name
-
-    build = getattr(TensorFlowTrainer, "_maybe_symbolic_build", None)
-
-    def skipping(self: Any) -> Iterator[Any]:
-        # Keras 3.4+ under a strategy takes one batch for its symbolic build before the first epoch through the
-        # epoch iterator (numpy input: _keras3_building_as_plain_keras gives tf.data its own): that is not the
-        # epoch, and the skip waits for it
-        skip = 0 if building[0] or not pending else pending.pop()
-        for item in original(self):
-            if item[0] >= skip:
-                yield item
-
-    def symbolic_build(self: Any, *args: Any, **kwargs: Any) -> Any:
-        building[0] = True
-        try:
-            return build(self, *args, **kwargs)
-        finally:
-            building[0] = False
-
-    setattr(owner, name, skipping)
-    if build is not None:
-        TensorFlowTrainer._maybe_symbolic_build = symbolic_build
-    try:
-        yield
-    finally:
-        setattr(owner, name, original)
-        if build is not None:
-            TensorFlowTrainer._maybe_symbolic_build = build

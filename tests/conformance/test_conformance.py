@@ -30,15 +30,9 @@ KNOWN: dict[tuple[str, str, str], tuple[str, str | None, str]] = {
                                                                "the workers create its metrics' variables in other "
                                                                "orders (a collective fails)"),
     **{(mode, family, "numpy_shuffled"): ("2", None, SHUFFLED) for mode in LAUNCH for family in ("keras3", "legacy")},
-    **{("mwm", "keras3", name): ("3.15", None, OTHER_BATCHES)
-       for name in ("python_generator", "py_dataset_with_workers", "image_directory")},
     ("mwm", "legacy", "image_directory"): ("2", None, OTHER_BATCHES),
-    **{(mode, "keras3", "image_directory"): ("3.15", None, "Keras 3.15's seeded reshuffle differs from one process's "
-                                                            "in the second epoch") for mode in ("single", "horovod")},
     ("mwm", "keras3", "steps_per_execution"): ("3.15", None, "fails under MWM: InvalidArgumentError in the train "
                                                              "function (not yet investigated)"),
-    ("mwm", "keras3", "custom_train_step"): ("3.15", None, "Keras 3.15 scales each replica's loss by 1/replicas and "
-                                                           "a custom train_step logs it so: half the loss"),
 }
 
 

@@ -84,7 +84,7 @@ def test_a_fine_tuning_script_stopped_in_its_second_fit_resumes_there_exactly(tm
 
 
 # Keras 3 carries the resumed epoch on the model (Keras' own BackupAndRestore way), where a later fit would read it;
-# tf_keras' is answered for the one fit (resume._tf_keras_starting_at) and its second fit is the MWM case above
+# tf_keras' is answered for the one fit (starting._tf_keras_starting_at) and its second fit is the MWM case above
 @pytest.mark.parametrize("family", KERAS_FAMILIES if FULL_TIER else ["keras3"])
 def test_a_stop_in_the_first_fit_resumes_there(tmp_path, kept_runs, family):
     a = never_stopped(kept_runs, "single", family)
