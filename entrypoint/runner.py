@@ -112,6 +112,7 @@ def _hook_compile(engine: Engine, keras: Any, model_cls: type) -> None:
     def compile(self, *args, **kwargs):  # noqa: ANN001, ANN202, A001
         bound = compile_sig.bind(self, *args, **kwargs)
         _adapt_optimizer(engine, keras, bound.arguments)
+        _one_step_per_execution_where_the_loop_fails(engine, bound.arguments)
         compiled = orig_compile(*bound.args, **bound.kwargs)
         if plan.family.sums_step_logs_over_workers and plan.mode == "mwm" and engine.size > 1:
             tf_keras_mwm.first_replicas_logs(self)
@@ -120,6 +121,22 @@ def _hook_compile(engine: Engine, keras: Any, model_cls: type) -> None:
     compile.__wrapped_original__ = orig_compile
     # patch: runner.model_hooks
     next(cls for cls in model_cls.__mro__ if "compile" in vars(cls)).compile = compile
+
+
+def _one_step_per_execution_where_the_loop_fails(engine: Engine, arguments: dict) -> None:
+    """compile's steps_per_execution as 1 under MWM where Keras' multi-step loop fails with its collectives
+    (compat/keras3_mwm.py, fix 10): the same numbers, one step a call."""
+    steps = arguments.get("steps_per_execution", 1)
+    plan = engine.plan
+    if not (isinstance(steps, int) and steps > 1 and plan.mode == "mwm" and engine.size > 1) \
+            or plan.family.horovod_keras_api:
+        return
+    from .compat import keras3_mwm
+
+    if keras3_mwm.multi_step_loop_fails():
+        arguments["steps_per_execution"] = 1
+        _say(engine, f"steps_per_execution={steps} runs one step at a time: this Keras' multi-step loop fails under "
+                     "MWM (keras3_mwm, fix 10); the numbers are the same")
 
 
 def _hook_saves(engine: Engine, model_cls: type) -> None:

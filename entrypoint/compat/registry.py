@@ -107,6 +107,10 @@ PATCHES: tuple[Patch, ...] = (
        "wraps", "process", "#69: a custom train_step logged 1/replicas of the loss (Keras 3.15, 3.16)",
        ("keras.src.trainers.trainer:Trainer.compute_loss(self)",
         "keras.src.metrics.reduction_metrics:Mean.update_state(self,values)"), "keras", _K3, STRATEGY_MODES),
+    _p("keras3_mwm.one_step_per_execution", "whether steps_per_execution's loop is the tf.while_loop MWM fails in",
+       "reads", "process", "#69: steps_per_execution > 1 under MWM failed in the train function (Keras 3.15)",
+       (f"{_TRAINER}:TensorFlowTrainer._make_function(self,step_function)"
+        f"|{_TRAINER}:Trainer._make_function(self,step_function)?",), "keras", _K3, frozenset({"mwm"})),
     _p("keras3_mwm.int64_seeds", "SeedGenerator's state created as int64", "wraps", "process",
        "keras-team/keras#19928 (uint32 cannot be broadcast)",
        ("keras.src.random.seed_generator:SeedGenerator.__init__(self,seed,name)",), "keras", _K3, STRATEGY_MODES),

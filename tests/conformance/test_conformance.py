@@ -31,8 +31,6 @@ KNOWN: dict[tuple[str, str, str], tuple[str, str | None, str]] = {
                                                                "orders (a collective fails)"),
     **{(mode, family, "numpy_shuffled"): ("2", None, SHUFFLED) for mode in LAUNCH for family in ("keras3", "legacy")},
     ("mwm", "legacy", "image_directory"): ("2", None, OTHER_BATCHES),
-    ("mwm", "keras3", "steps_per_execution"): ("3.15", None, "fails under MWM: InvalidArgumentError in the train "
-                                                             "function (not yet investigated)"),
 }
 
 
