@@ -45,15 +45,32 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("._") or "run"
 
 
+_LONG_OPTION_WITH_VALUE = re.compile(r"(--[A-Za-z0-9][A-Za-z0-9_-]*)=(.*)", re.DOTALL)
+
+
+def spelled_alike(argv: Sequence[str]) -> list[str]:
+    """The arguments with `--name=value` spelled `--name value`, as argparse reads both, up to a bare `--` (after
+    it every argument is the script's verbatim): retyping a resume command in the other spelling is the same run.
+    The other way round cannot be sure (`--flag value` may be a flag and a positional)."""
+    spelled: list[str] = []
+    for index, argument in enumerate(argv):
+        if argument == "--":
+            return spelled + list(argv[index:])
+        match = _LONG_OPTION_WITH_VALUE.fullmatch(argument)
+        spelled += [match[1], match[2]] if match else [argument]
+    return spelled
+
+
 def identity(env: Mapping[str, str], script: str | None, argv: Sequence[str]) -> RunIdentity:
-    """The run this command is. Pure: from the environment, the script path and its arguments."""
+    """The run this command is. Pure: from the environment, the script path and its arguments (option spellings
+    argparse reads alike count as one: spelled_alike)."""
     array = env.get("SLURM_ARRAY_TASK_ID")
     suffix = f"-task{_safe(array)}" if array else ""
     named = (env.get("DISTRAIN_RUN") or "").strip()
     if named:
         return RunIdentity(_safe(named) + suffix, "name:" + named + suffix,
                            "named by DISTRAIN_RUN: resumes whatever the arguments")
-    command = [os.path.abspath(script) if script else "", *argv]
+    command = [os.path.abspath(script) if script else "", *spelled_alike(argv)]
     parts = [*command, "\0job:" + env.get("SLURM_JOB_NAME", ""), "\0array:" + (array or "")]
     digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:10]
     stem = Path(script).stem if script else "script"

@@ -122,3 +122,15 @@ def test_plan_on_the_login_node_names_the_run_the_job_will_have_when_told_its_jo
                            "/home/u/proj/train.py", "--epochs", "3"], capture_output=True, text=True,
                           env={"PATH": "/usr/bin:/bin", "USER": "u", "HOME": str(tmp_path)})
     assert json.loads(plan.stdout)["run_name"] == job.run_name, plan.stdout + plan.stderr
+
+
+def test_an_option_spelled_with_or_without_equals_is_one_run():
+    """`--batch-size 8` and `--batch-size=8` are one run (#70: retyped in the other spelling, a resume started over);
+    another value, or the same text as a positional after `--`, is another."""
+    def name(*argv):
+        return runs.identity({}, "train.py", list(argv)).name
+
+    assert name("--batch-size", "8", "--lr=0.1") == name("--batch-size=8", "--lr", "0.1")
+    assert name("--batch-size=8") != name("--batch-size=16")
+    assert name("--", "--batch-size=8") != name("--", "--batch-size", "8")
+    assert runs.spelled_alike(["-n=2", "--x=a=b", "--", "--y=1"]) == ["-n=2", "--x", "a=b", "--", "--y=1"]
