@@ -183,7 +183,8 @@ def _custom_steps_log_the_unscaled_loss(tf: Any) -> list[str]:
     """Fix 9: compute_loss's values are remembered (the tensors themselves, a few: they are made when a step is
     traced), and a Mean metric updated with one of them is updated with it times the replicas."""
     # patch: keras3_mwm.custom_step_loss
-    trainer_base = importlib.import_module("keras.src.trainers.trainer").Trainer
+    trainers = importlib.import_module("keras.src.trainers.trainer")
+    trainer_base = getattr(trainers, "Trainer", None) or trainers.BaseTrainer  # 3.16: BaseTrainer
     mean_cls = importlib.import_module("keras.src.metrics.reduction_metrics").Mean
     scaled: deque = deque(maxlen=_SCALED_LOSSES_KEPT)
     compute_loss, update_state = trainer_base.compute_loss, mean_cls.update_state

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import runs
-from ..compat import keras3_trainer
+from ..compat import epoch_iterators
 from ..keras_family import KerasFamily
 from . import arrays as array_input
 from . import batches, skip_beneath, starting, unknown_length
@@ -91,8 +91,9 @@ def position_input(arguments: dict, *, family: KerasFamily, checkpoint_dir: str,
         steps, position, dataset, rank_share = _positioned_unknown_length(x, position, family, in_later_epoch,
                                                                           epochs, rank, size, replicas, note)
     elif array_input.is_dataset(x):
-        draws = keras3_trainer.iterators_per_epoch() if family.starts_by_skipping_steps else 1
-        dataset, rank_share = _positioned_dataset(x, position, epochs, rank, size, replicas, note, draws)
+        made = epoch_iterators.made(family.name)
+        first_epoch = int(arguments.get("initial_epoch") or 0)  # the script's: epochs before it are not this fit's
+        dataset, rank_share = _positioned_dataset(x, position, epochs, rank, size, replicas, note, made, first_epoch)
     else:
         batch_size = int(arguments.get("batch_size") or 32)
         shuffle = arguments.get("shuffle", True) is not False
@@ -163,18 +164,21 @@ def _within(position: Position, steps: int | None, epochs: int) -> Position:
 
 
 def _positioned_dataset(dataset: Any, position: Position, epochs: int, rank: int, size: int, replicas: int,
-                        note: Callable[[str], None], draws: int = 1) -> tuple[Any, bool]:
+                        note: Callable[[str], None], made: tuple[int, int] = (0, 1),
+                        first_epoch: int = 0) -> tuple[Any, bool]:
     """The script's dataset, one epoch after the other from `position` on, and whether it is this rank's share of
-    each batch. Each epoch makes the iterators Keras' fit makes of it (`draws`: one, or two on a Keras 3 that makes
-    another at each epoch's end, never read): a seeded `shuffle(reshuffle_each_iteration=True)` draws its next
-    order for each new iterator, so each epoch trains the order plain `python` trains, and the same run stopped
-    or not trains the same batches. A resumed process creates the iterators of the epochs done (nothing is read:
-    that draws their orders) before it starts. The resumed epoch is the script's pipeline with its first batches
-    left out beneath the stages that make them (skip_beneath.py), the same order: its iterator draws it."""
+    each batch. The fit makes the iterators Keras' fit makes of it (`made`: unread ones before the fit's first
+    epoch, `first_epoch`, and ones each epoch: compat/epoch_iterators.py): a seeded
+    `shuffle(reshuffle_each_iteration=True)` draws its next order for each new iterator, so each epoch trains the
+    order plain `python` trains, and the same run stopped or not trains the same batches. The iterators before
+    the position (nothing is read: that draws their orders) are made before it starts. The resumed epoch is the
+    script's pipeline with its first batches left out beneath the stages that make them (skip_beneath.py), the
+    same order: its iterator draws it."""
     import tensorflow as tf
 
+    before, draws = made
     per_epoch, rank_share = _this_ranks_batches(dataset, rank, size, replicas)
-    for _ in range(position.epoch * draws):
+    for _ in range(before + max(0, position.epoch - first_epoch) * draws):
         iter(per_epoch)
     left = epochs - position.epoch
     if not position.step:  # no stage that does nothing in every fresh run: a stage costs CPU on every batch
