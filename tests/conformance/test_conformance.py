@@ -21,7 +21,6 @@ LAUNCH = {
 # Known to differ from plain python, not fixed yet (tests/README.md's table; #69): (mode, family, scenario) ->
 # (the Keras versions it differs on: from, up to but not including, why)
 SHUFFLED = "distrain's own numpy pipeline draws another order than Keras' (finding 8)"
-OTHER_BATCHES = "under MWM, other batches than one process (finding 9)"
 KNOWN: dict[tuple[str, str, str], tuple[str, str | None, str]] = {
     ("mwm", "legacy", "tutorial_weights_checkpoints"): ("2", None, "tf_keras' HDF5 load_weights under MWM fails "
                                                                    "(TypeError: an h5py dataset over the replicas)"),
@@ -30,7 +29,6 @@ KNOWN: dict[tuple[str, str, str], tuple[str, str | None, str]] = {
                                                                "the workers create its metrics' variables in other "
                                                                "orders (a collective fails)"),
     **{(mode, family, "numpy_shuffled"): ("2", None, SHUFFLED) for mode in LAUNCH for family in ("keras3", "legacy")},
-    ("mwm", "legacy", "image_directory"): ("2", None, OTHER_BATCHES),
 }
 
 
