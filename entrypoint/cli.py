@@ -16,7 +16,7 @@ import typer
 from . import __version__
 from .commands import DEFAULT_WORKERS, fail, launch_command, reports_errors, run_script_command
 from .errors import EXIT_ENVIRONMENT, DistrainError
-from .plan import Plan, detect
+from .plan import Plan, as_a_job_sees_it, detect
 
 HELP = """Run an unmodified Keras/TensorFlow train.py on one GPU, all GPUs of a node, or many nodes.
 
@@ -134,7 +134,7 @@ def plan_cmd(
                                            "--job-name), to see on the login node the run the job will resume."),
 ) -> None:
     """Print what would run here, and why, without importing TensorFlow."""
-    env = {**os.environ, "SLURM_JOB_NAME": job_name} if job_name is not None else os.environ
+    env = as_a_job_sees_it(os.environ, job_name, os.getcwd()) if job_name is not None else os.environ
     plan = detect(env, script=script, argv=list(ctx.args))
     if as_json:
         data = plan.to_dict()
@@ -359,9 +359,10 @@ def runs_show(name: str = typer.Argument(..., help="The run's name (or a unique 
         typer.echo(json.dumps(found.as_json(), indent=1))
         return
     rows = [("name", found.name), ("state", found.state), ("command", " ".join(found.command)),
-            ("resume", found.resume or "-"), ("job", found.job or "-"), ("directory", found.directory),
+            ("resume", runs_view.RERUN_OF_FINISHED if found.state.startswith("finished") else found.resume or "-"),
+            ("job", found.job or "-"), ("directory", found.directory),
             ("last checkpoint", runs_view.age(found.last_checkpoint)), ("size", runs_view.human_size(found.size_bytes)),
-            ("restarts", str(found.restarts))]
+            ("restarts", str(found.restarts)), ("stop needs", runs_view.describe_stop_cost(found.stop_cost))]
     for key, value in rows:
         typer.echo(f"{key:<16}{value}")
 

@@ -101,7 +101,7 @@ def _open_the_runs_state(plan: Any, path: str, args: list[str], logger: Any) -> 
     check_writable(plan.checkpoint_dir, what)
     identity = runs.RunIdentity(plan.run_name, plan.run_key, "")
     first = runs.open_run(plan.checkpoint_dir, identity, plan.rank, [path, *args], plan.resume,
-                          plan.checkpoint_dir_named, _about_the_run(plan, path, args))
+                          plan.checkpoint_dir_named, _about_the_run(plan, path, args), plan.checkpoint_chosen_by)
     if plan.is_chief:
         logger.info(first)
 
@@ -154,7 +154,9 @@ def _run_and_record_the_end(plan: Any, path: str, args: list[str]) -> None:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(EXIT_WORKER_FAILED)
-        ending.record(1, f"{type(exc).__name__}: {exc}")
+        from .endings import one_line
+
+        ending.record(1, one_line(exc))
         traceback.print_exc()
         sys.stderr.flush()
         raise SystemExit(1) from None

@@ -40,6 +40,32 @@ def started(state_dir: str, rank: int, size: int, node: str | None = None) -> No
         write_private_json(_path(state_dir, rank), record)
 
 
+# TensorFlow's graph errors wrap the error in where the op was defined: "Graph execution error:", "Detected at node",
+# the traceback's File lines and their code, "[[{{node ...}}]] [Op:...]". None of it says what failed.
+_TRACE = re.compile(r"^(Graph execution error:|Detected at node |File \"|Traceback \(most recent call last\)"
+                    r"|\[\[|\[Op:)")
+_NAMED = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*:")
+
+
+def one_line(exc: BaseException) -> str:
+    """What failed, in one line: `Type: message`; of a multi-line message (TensorFlow's graph errors), its last line
+    that is not where-it-happened (a py_function's `KeyError: 'IDS_LOG'`, an op's own message)."""
+    lines = str(exc).splitlines()
+    said: list[str] = []
+    code_follows = False  # a traceback's File line is followed by its source line
+    for raw in lines:
+        line = raw.strip()
+        if not line or code_follows or not line.strip("^~ "):  # a source line, or Python's ^^^ under it
+            code_follows = False
+            continue
+        if _TRACE.match(line):
+            code_follows = line.startswith("File ")
+            continue
+        said.append(line)
+    message = said[-1] if said else (lines[0].strip() if lines else "")
+    return message if len(lines) > 1 and _NAMED.match(message) else f"{type(exc).__name__}: {message}"
+
+
 def ended(state_dir: str, rank: int, code: int, why: str = "", kind: str | None = None) -> None:
     """Complete this worker's record: its exit code, what kind of end that is, and why (one line)."""
     path = _path(state_dir, rank)

@@ -48,12 +48,14 @@ class Plan:
     checkpoint_every: int = 0
     checkpoint_minutes: float = 30.0  # also checkpoint when this long has passed since the last one (0: off)
     checkpoint_dir_named: bool = False  # DISTRAIN_CHECKPOINT_DIR: the user's own directory
+    checkpoint_chosen_by: str = ""  # why there (workdirs.chosen_by): the run's first line says it
     run_name: str | None = None
     run_key: str | None = None  # what a resume must match (runs.identity)
     resume: bool = True
     stop_check_seconds: float = 2.0  # how often (wall time) the ranks agree on a stop or a timed checkpoint
     stall_seconds: float = 120.0  # the floor of a steady step's allowance (10 x the median step, at least this)
     stall_pause_seconds: float = 1800.0  # the allowance of first steps, validation, epoch-end callbacks
+    stop_lead_seconds: float | None = None  # DISTRAIN_STOP_LEAD: the job's signal lead (fit/stop_cost.py)
     script_uses_horovod_tf: bool = False  # it imports horovod.tensorflow itself (in any mode)
     elastic: bool = False  # Horovod elastic: the script's hvd.elastic.run owns membership, state and recovery
     collective_timeout: float | None = None
@@ -161,10 +163,17 @@ def _checkpoint_dir(env: Mapping[str, str], run: runs.RunIdentity) -> tuple[Work
     if env.get("DISTRAIN_CHECKPOINT_DIR"):
         return WorkDir(env["DISTRAIN_CHECKPOINT_DIR"]), "DISTRAIN_CHECKPOINT_DIR (resumes only the run it holds)"
     output = workdirs.root(env, "DISTRAIN_OUTPUT_DIR")
-    why = "one per run under the output dir (DISTRAIN_OUTPUT_DIR / $SCRATCH / $WORK / /tmp/$USER)"
+    why = f"one per run under the output dir, {workdirs.chosen_by(env, 'DISTRAIN_OUTPUT_DIR')}"
     if output.is_default:
         why += f"; private, used only if {output.owned_from} is yours"
     return output.below("runs", run.name), why
+
+
+def _chosen_by(env: Mapping[str, str]) -> str:
+    """Why the run's state is where it is, for its first line."""
+    if env.get("DISTRAIN_CHECKPOINT_DIR"):
+        return "from DISTRAIN_CHECKPOINT_DIR"
+    return workdirs.chosen_by(env, "DISTRAIN_OUTPUT_DIR")
 
 
 def _keras_home(env: Mapping[str, str], state_dir: str | None) -> str | None:
@@ -239,7 +248,7 @@ def _environment_effects(env: Mapping[str, str], mode: str, keras: str, devices:
     return env_set, env_unset
 
 
-def _timers(env: Mapping[str, str]) -> dict[str, float | int]:
+def _timers(env: Mapping[str, str]) -> dict[str, float | int | None]:
     """The run's timers and counts, each checked (a bad value is one ConfigError line)."""
     every = _int(env, "DISTRAIN_CHECKPOINT_EVERY") or 0
     if every < 0:
@@ -256,6 +265,7 @@ def _timers(env: Mapping[str, str]) -> dict[str, float | int]:
         "stall_pause_seconds": _seconds(env, "DISTRAIN_STALL_PAUSE_SECONDS", 1800.0, minimum=1),
         "start_timeout": _seconds(env, "DISTRAIN_START_TIMEOUT", 300.0, minimum=1),
         "max_restarts": max_restarts,
+        "stop_lead_seconds": _seconds(env, "DISTRAIN_STOP_LEAD", 0.0, minimum=1) or None,
     }
 
 
@@ -291,11 +301,23 @@ def batch_shell(env: Mapping[str, str]) -> BatchShell:
                       _int(env, "SLURM_NTASKS"))
 
 
+JOB_OUTPUT_DIR = "distrain-output"  # jobs/lib.sh's last resort, in the submit directory: every node sees it
+
+
+def as_a_job_sees_it(env: Mapping[str, str], job_name: str, cwd: str) -> dict[str, str]:
+    """The environment a job submitted from `cwd` as `job_name` gives distrain (jobs/lib.sh): its name names the
+    run, and without DISTRAIN_OUTPUT_DIR, $SCRATCH or $WORK its outputs go to `cwd`/distrain-output, not /tmp."""
+    seen = {**env, "SLURM_JOB_NAME": job_name}
+    if not any(env.get(name) for name in ("DISTRAIN_OUTPUT_DIR", "SCRATCH", "WORK")):
+        seen["DISTRAIN_OUTPUT_DIR"] = os.path.join(cwd, JOB_OUTPUT_DIR)
+    return seen
+
+
 def listed_output_dirs(env: Mapping[str, str], cwd: str) -> list[str]:
     """Where `distrain runs` looks: the output directory a run here would use, and the job scripts' last resort
     ./distrain-output when it holds runs and no DISTRAIN_OUTPUT_DIR is set."""
     found = [workdirs.root(env, "DISTRAIN_OUTPUT_DIR").path]
-    local = os.path.join(cwd, "distrain-output")
+    local = os.path.join(cwd, JOB_OUTPUT_DIR)
     if not env.get("DISTRAIN_OUTPUT_DIR") and os.path.isdir(os.path.join(local, "runs")):
         found.append(local)
     return found
@@ -312,9 +334,8 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
            packages: Mapping[str, str] | None = None, argv: Sequence[str] = ()) -> Plan:
     """Decide mode, ranks, devices and cluster from the environment. Pure: no TensorFlow, no side effects.
 
-    `gpus` and `packages` override the probe of visible GPU ids and the installed versions of tensorflow, keras and
-    tf_keras (tests); `argv` is the script's arguments: with the script, they say which run this is.
-    """
+    `gpus`, `packages`: the visible GPU ids and tensorflow's, keras' and tf_keras' versions (tests); `argv`: the
+    script's arguments, which with the script say which run this is."""
     gpus = tuple(gpus) if gpus is not None else gpu_files.probe_gpus(env)
     reasons: dict[str, str] = {}
     warnings: list[str] = []
@@ -355,6 +376,7 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
         checkpoint_dir=checkpoint.path if checkpoint else None,
         checkpoint_owned_from=checkpoint.owned_from if checkpoint else None,
         checkpoint_dir_named=bool(checkpoint and env.get("DISTRAIN_CHECKPOINT_DIR")),
+        checkpoint_chosen_by=_chosen_by(env) if checkpoint else "",
         run_name=run.name if checkpoint else None,
         run_key=run.key if checkpoint else None,
         resume=runs.resume_wanted(env),

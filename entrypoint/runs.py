@@ -32,6 +32,7 @@ POSITION_SUFFIX = ".position"  # ckpt-N.position beside each checkpoint: where a
 CHIEF_DIR = "chief"  # <stage>/chief/: the chief's checkpoints (ckpt-N.*), the only rank that writes them
 STAGE_PREFIX = "fit-"  # fit-<K>/: the checkpoints of the script's K-th fit (the first fit's are in the run dir)
 SAVES_RECORD = ".saves"  # how many of the script's saves the chief has made, and the last one's outcome (fit/saves.py)
+STOP_COST_FILE = "stop-cost.json"  # what a stop of the run costs, measured (fit/stop_cost.py)
 
 
 @dataclass(frozen=True)
@@ -195,9 +196,10 @@ def _has_state(state_dir: str) -> bool:
 
 
 def open_run(state_dir: str, run: RunIdentity, rank: int, command: Sequence[str], resume: bool,
-             user_named_dir: bool, about: Mapping[str, str] | None = None) -> str:
-    """Lock, check and (chief) record the run's state dir; return the run's first log line. `about`: what
-    `distrain runs` shows of it (the command that resumes it, its Slurm job).
+             user_named_dir: bool, about: Mapping[str, str] | None = None, chosen_by: str = "") -> str:
+    """Lock, check and (chief) record the run's state dir; return the run's first log line, which says where the
+    state is and why there (`chosen_by`). `about`: what `distrain runs` shows of it (the command that resumes it,
+    its Slurm job).
 
     The chief clears the state for DISTRAIN_RESUME=0 before the engine starts: the strategy's (or Horovod's)
     rendezvous then orders this before any rank's fit reads a checkpoint.
@@ -220,14 +222,15 @@ def open_run(state_dir: str, run: RunIdentity, rank: int, command: Sequence[str]
         write_private_json(os.path.join(state_dir, IDENTITY_FILE),
                             {"name": run.name, "key": run.key, "command": list(command), **(about or {})})
     point = resume_point(state_dir) if resume else None
+    state = f"state in {state_dir}{', ' + chosen_by if chosen_by else ''}"
     if point is None:
         again = " (DISTRAIN_RESUME=0: earlier state removed)" if not resume else ""
-        return f"new run {run.name}{again} (state in {state_dir}; the same command resumes it)"
+        return f"new run {run.name}{again} ({state}; the same command resumes it)"
     stage, position = point
     if position is None:
         return f"resuming run {run.name} from its last checkpoint{' in fit ' + str(stage) if stage > 1 else ''} " \
-               f"(state in {state_dir})"
-    return f"resuming run {run.name} at {describe(**position, stage=stage)} (state in {state_dir})"
+               f"({state})"
+    return f"resuming run {run.name} at {describe(**position, stage=stage)} ({state})"
 
 
 def describe(epoch: int, step: int, stage: int = 1) -> str:

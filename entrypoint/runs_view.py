@@ -37,6 +37,7 @@ class RunView:
     size_bytes: int
     restarts: int  # in total, over its launches and jobs
     job: str | None
+    stop_cost: dict  # the longest epoch end and checkpoint write measured (fit/stop_cost.py), and the job's lead
 
     def as_json(self) -> dict:
         return asdict(self)
@@ -93,6 +94,18 @@ def _last_checkpoint(directory: str) -> float | None:
 NO_CHECKPOINT = "no checkpoint yet"
 
 
+def describe_stop_cost(cost: dict) -> str:
+    """What a stop of this run needs, measured: the rule for a job's --signal lead (README, Reliability)."""
+    if "epoch_end_seconds" not in cost and "checkpoint_seconds" not in cost:
+        return "not measured yet (after its first epoch)"
+    lead = cost.get("lead_seconds")
+    return (f"an epoch's end up to {cost.get('epoch_end_seconds', 0):.1f} s (validation, callbacks, checkpoint), "
+            f"a checkpoint up to {cost.get('checkpoint_seconds', 0):.1f} s"
+            + (f"; the job's signal lead {lead:.0f} s" if lead else ""))
+# A finished run keeps no checkpoint to resume from (fit/stages.py): its command, run again, trains it again.
+RERUN_OF_FINISHED = "nothing to resume: it finished; its command, run again, trains it again from the start"
+
+
 def _where(directory: str) -> str:
     point = runs.resume_point(directory)
     if point is None:
@@ -135,7 +148,7 @@ def view(directory: str, queued: set[str]) -> RunView:
         command=list(about.get("command", [])), resume=about.get("resume", ""),
         state=_state(directory, records, live, job), live=live, last_checkpoint=_last_checkpoint(directory),
         size_bytes=_size(directory), restarts=int(_json(os.path.join(directory, restarts.COUNT_FILE)).get("total", 0)),
-        job=job)
+        job=job, stop_cost=_json(os.path.join(directory, runs.STOP_COST_FILE)))
 
 
 def find(output_dir: str) -> list[RunView]:

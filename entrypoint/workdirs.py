@@ -65,6 +65,16 @@ def root(env: Mapping[str, str], override: str) -> WorkDir:
     return WorkDir(os.path.join(user_tmp, "distrain"), owned_from=user_tmp)
 
 
+def chosen_by(env: Mapping[str, str], override: str) -> str:
+    """Why `root` chose its directory, for the run's first line: a user who set nothing learns where outputs go."""
+    if env.get(override):
+        return f"from {override}"
+    for name in ("SCRATCH", "WORK"):
+        if env.get(name):
+            return f"from ${name}"
+    return f"in this machine's /tmp: no {override}, $SCRATCH or $WORK set"
+
+
 def _components(top: str, path: str) -> list[str]:
     """`top` and every directory between it and `path`, `path` included (top must contain path)."""
     top, path = os.path.abspath(top), os.path.abspath(path)

@@ -22,6 +22,8 @@
 #   DISTRAIN_MPI      Horovod only: srun --mpi plugin (default: pmix if `srun --mpi=list` has it, else pmi2)
 #   APPTAINER         the apptainer binary (default: apptainer, else singularity)
 #   DISTRAIN_MAX_RESTARTS  restarts of a step that ended in a fault, in the same allocation (default 3; 0: none)
+#   DISTRAIN_STOP_LEAD  seconds between the job's stop signal and its kill (default: the job file's STOP_LEAD,
+#                     its --signal's @N); set it with `sbatch --signal=B:USR1@N` on the command line
 #
 # Exit codes (the job's, as sacct shows them): 0 done; 1 the script failed (or its own code); 2 bad input or
 # configuration (this file's checks too, before srun); 3 this machine cannot run it (no GPU, no Horovod,
@@ -40,6 +42,7 @@ distrain_defaults() {
   DISTRAIN_VENV=${DISTRAIN_VENV:-$DISTRAIN_HOME/.venv}
   export DISTRAIN_HOME DISTRAIN_IMAGE USE_CONTAINER DISTRAIN_VENV
   export DISTRAIN_PRINT_PLAN=1   # rank 0 prints its Plan at the top of the job log
+  export DISTRAIN_STOP_LEAD=${DISTRAIN_STOP_LEAD:-${STOP_LEAD:-}}  # the job file's: a run warns if a stop needs more
   distrain_output_dir
 }
 
@@ -63,8 +66,10 @@ distrain_output_dir() {
   else
     OUTPUT_DIR=${SLURM_SUBMIT_DIR:-$PWD}/distrain-output
     export DISTRAIN_OUTPUT_DIR=$OUTPUT_DIR
-    case "$OUTPUT_DIR/" in "${HOME:-/nonexistent}"/*)
-      echo "distrain job: warning: outputs go to $OUTPUT_DIR, under \$HOME (small quotas on most clusters): set DISTRAIN_OUTPUT_DIR (or SCRATCH) to a scratch directory" >&2 ;;
+    case "$OUTPUT_DIR/" in
+      "${HOME:-/nonexistent}"/*)
+        echo "distrain job: warning: outputs go to $OUTPUT_DIR, under \$HOME (small quotas on most clusters): set DISTRAIN_OUTPUT_DIR (or SCRATCH) to a scratch directory" >&2 ;;
+      *) echo "distrain job: outputs go to $OUTPUT_DIR, the submit directory's: no DISTRAIN_OUTPUT_DIR, SCRATCH or WORK set" >&2 ;;
     esac
   fi
 }

@@ -26,11 +26,16 @@ def test_runs_lists_each_runs_state_and_the_command_that_resumes_it(tmp_path):
     env = clean_env(DISTRAIN_OUTPUT_DIR=str(output), DISTRAIN_CHECKPOINT_EVERY="2")
     for name in ("finished", "stopped"):
         (tmp_path / name).mkdir()
-    assert run([DISTRAIN, "run", EXACT, "--out", str(tmp_path / "finished"), "--epochs", "1"], env=env).returncode == 0
+    # a job's signal lead shorter than a stop needs (the 2-s agreement alone): one warning, however many epochs
+    finished = run([DISTRAIN, "run", EXACT, "--out", str(tmp_path / "finished"), "--epochs", "2"],
+                   env={**env, "DISTRAIN_STOP_LEAD": "1"})
+    assert finished.returncode == 0 and finished.stdout.count("a stop now needs up to") == 1, finished.stdout[-3000:]
     stopped = run([DISTRAIN, "run", EXACT, "--out", str(tmp_path / "stopped")], env={**env, "STOP_AT": "2:3"})
     assert stopped.returncode == 75, stopped.stdout[-2000:]
     failing = tmp_path / "failing.py"
-    failing.write_text("raise ValueError('the data file is empty')\n")
+    failing.write_text(  # an error inside a tf.function: TensorFlow's message is a dozen lines of where it was defined
+        "import os\nimport tensorflow as tf\n"
+        "tf.function(lambda: tf.py_function(lambda: float(os.environ['IDS_LOG']), [], tf.float32))()\n")
     assert run([DISTRAIN, "run", str(failing)], env=env).returncode == 1
     live = Watched([DISTRAIN, "run", SLOW, "--step-seconds", "0.5", "--epochs", "50"], env)
     try:
@@ -43,9 +48,14 @@ def test_runs_lists_each_runs_state_and_the_command_that_resumes_it(tmp_path):
         assert states[str(tmp_path / "finished")]["state"].startswith("finished")
         assert states[str(tmp_path / "stopped")]["state"].startswith("stopped at epoch ")
         assert states["failing.py"]["state"].startswith(
-            "failed with exit 1 on rank 0: ValueError: the data file is empty"), states["failing.py"]
+            "failed with exit 1 on rank 0: KeyError: 'IDS_LOG' ("), states["failing.py"]  # the line that failed
         assert states["slow_steps.py"]["live"] and states["slow_steps.py"]["state"].startswith(
             f"running as pid {live.pid} on ")
+        shown = runs(output, "show", states[str(tmp_path / "finished")]["name"])
+        assert re.search(r"^resume +nothing to resume: it finished; its command, run again, trains it again", shown,
+                         re.M), shown
+        assert re.search(r"^stop needs +an epoch's end up to [\d.]+ s .*checkpoint up to [\d.]+ s; the job's signal "
+                         r"lead 1 s$", shown, re.M), shown
         text = runs(output)
         assert text.startswith(f"runs in {output}/runs: 4") and "resume: distrain run " in text, text
         refused = run([DISTRAIN, "runs", "rm", "-y", states["slow_steps.py"]["name"], "--dir", str(output)], env=env)

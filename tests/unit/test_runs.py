@@ -114,14 +114,22 @@ def test_a_run_held_by_a_live_process_is_refused(tmp_path):
     runs.open_run(str(tmp_path), identity("a", "k"), 0, [], True, False)  # free again once it is gone
 
 
-def test_plan_on_the_login_node_names_the_run_the_job_will_have_when_told_its_job_name(tmp_path):
-    script = tmp_path / "train.py"
-    script.write_text("")
+def test_plan_on_the_login_node_shows_the_run_and_directory_the_job_will_have_when_told_its_job_name(tmp_path):
+    """The job names the run and, with no $SCRATCH or $WORK, writes to the submit dir's distrain-output (jobs/lib.sh),
+    not the login node's /tmp."""
     job = run_of(["--epochs", "3"], SLURM_JOB_NAME="distrain-mwm")
     plan = subprocess.run([sys.executable, "-m", "entrypoint", "plan", "--json", "--job-name", "distrain-mwm",
-                           "/home/u/proj/train.py", "--epochs", "3"], capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "USER": "u", "HOME": str(tmp_path)})
-    assert json.loads(plan.stdout)["run_name"] == job.run_name, plan.stdout + plan.stderr
+                           "/home/u/proj/train.py", "--epochs", "3"], capture_output=True, text=True, cwd=tmp_path,
+                          env={"PATH": "/usr/bin:/bin", "USER": "u", "HOME": str(tmp_path),
+                               "PYTHONPATH": os.path.dirname(os.path.dirname(runs.__file__))})
+    shown = json.loads(plan.stdout)
+    assert shown["run_name"] == job.run_name, plan.stdout + plan.stderr
+    assert shown["checkpoint_dir"] == str(tmp_path / "distrain-output" / "runs" / job.run_name), shown
+    assert shown["checkpoint_chosen_by"] == "from DISTRAIN_OUTPUT_DIR"
+    on_scratch = detect({"SCRATCH": "/scratch/u", "USER": "u"}, script=None, argv=[])
+    assert on_scratch.checkpoint_chosen_by == "from $SCRATCH"
+    assert detect({"USER": "u"}).checkpoint_chosen_by == \
+        "in this machine's /tmp: no DISTRAIN_OUTPUT_DIR, $SCRATCH or $WORK set"
 
 
 def test_an_option_spelled_with_or_without_equals_is_one_run():
