@@ -24,7 +24,20 @@ from typing import Any
 from . import runs, startup_stop
 from .compat import adopt, tf_keras_mwm
 from .engines import Engine
-from .fit import batches, callback_state, checkpoint, resume, saves, stages, stalls, starting, steps, stopping, sync
+from .fit import (
+    batches,
+    callback_state,
+    checkpoint,
+    resume,
+    saves,
+    stages,
+    stalls,
+    starting,
+    steps,
+    stop_cost,
+    stopping,
+    sync,
+)
 from .log import configure as configure_log
 from .log import get as log
 
@@ -216,11 +229,14 @@ def _compose_callbacks(engine: Engine, keras: Any, tf: Any, stage: Any, stage_nu
         position = _position_input(engine, stage, model, arguments, user, facts)
     training = steps.TrainingPosition((position.epoch, position.step) if position is not None else None,
                                       position.learnt_length if position is not None else None)
+    plan = engine.plan
+    cost = stop_cost.StopCost(plan.checkpoint_dir if plan.is_chief else None, plan.stop_lead_seconds,
+                              plan.stop_check_seconds, log().warning)
     if checkpoints:
         own = (average.save_own, average.restore_own) if average is not None else (None, None)
         backup = checkpoint.make_backup_callback(
             stage, keras, stage_number, tuple(user),
-            checkpoint.BackupHooks(training, stopping.stop_for_rerun, position, *own))
+            checkpoint.BackupHooks(training, stopping.stop_for_rerun, position, *own, wrote=cost.wrote))
         script_epoch = int(arguments.get("initial_epoch") or 0)
         if (first := backup.first_epoch(script_epoch)) != script_epoch:  # fit's own argument, set only to resume
             arguments["initial_epoch"] = first
@@ -232,10 +248,11 @@ def _compose_callbacks(engine: Engine, keras: Any, tf: Any, stage: Any, stage_nu
     if engine.plan.elastic:  # the ranks now: Horovod elastic renumbers them in a reset (never under distrain launch)
         configure_log(f"[{engine.rank}/{engine.size}] ")
     watch = stalls.make_callback(engine.plan, keras, training)
-    training.observers.extend(c.step_ended for c in (watch, backup, stop) if isinstance(c, steps.ObservesSteps))
+    training.observers.extend(c.step_ended for c in (watch, backup, stop, cost) if isinstance(c, steps.ObservesSteps))
     # first of all: the position's epoch before anyone reads it; an epoch's end is a pause for the stall watchdog
-    # before the script's callbacks run
-    callbacks = [steps.make_callback(keras, training), watch, *before, *user, *after]
+    # before the script's callbacks run; last, what that epoch's end cost (validation and checkpoint included)
+    callbacks = [steps.make_callback(keras, training), watch, *before, *user, *after,
+                 stop_cost.make_callback(keras, cost)]
     return FitCallbacks(callbacks, training, backup, position)
 
 

@@ -17,6 +17,7 @@ import glob
 import json
 import os
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
@@ -44,6 +45,7 @@ class BackupHooks:
     expected: Any = None
     before_write: Callable[[tuple[int, int]], None] | None = None
     after_restore: Callable[[tuple[int, int]], None] | None = None
+    wrote: Callable[[float], None] | None = None  # told how long each write took (stop_cost.py)
 
     @property
     def exact(self) -> bool:
@@ -159,7 +161,7 @@ class TfKerasBackup:
             self._training_state._ckpt_saved_batch.assign(self._batch_begun)  # as tf_keras' own hook left it
         with local_reads_for(self.plan):
             self.written = _write_guarded(lambda: super(TfKerasBackup, self)._backup(epoch=epoch, batch=batch),
-                                          self.chief_dir)
+                                          self.chief_dir, self.hooks.wrote)
         if self.written:
             if newest := newest_checkpoint(self.chief_dir):
                 runs.write_position(newest, *self._position, _length_to_record(self.hooks))
@@ -292,7 +294,7 @@ class Keras3Backup:
             finally:
                 remove_path(tmp)
 
-        if not _write_guarded(write, self.chief_dir):
+        if not _write_guarded(write, self.chief_dir, self.hooks.wrote):
             return False
         for old in sorted(glob.glob(os.path.join(self.chief_dir, "ckpt-*.json")), key=checkpoint_number)[:-2]:
             for path in glob.glob(old[: -len(".json")] + ".*"):
@@ -370,12 +372,16 @@ def _drop_checkpoint(directory: str, prefix: str) -> None:
     os.replace(index + ".tmp", index)
 
 
-def _write_guarded(write: Callable[[], Any], chief_dir: str) -> bool:
-    """Run the chief's checkpoint write; if it fails (a full disk, a quota), remove what it left half-written in
-    `chief_dir`, say so in one line and go on training: the previous checkpoint is untouched. True if written."""
+def _write_guarded(write: Callable[[], Any], chief_dir: str, wrote: Callable[[float], None] | None) -> bool:
+    """Run the chief's checkpoint write (`wrote` told how long it took); if it fails (a full disk, a quota), remove
+    what it left half-written in `chief_dir`, say so in one line and go on training: the previous checkpoint is
+    untouched. True if written."""
     existing = set(glob.glob(os.path.join(chief_dir, "ckpt-*")))
     try:
+        started = time.monotonic()
         write()
+        if wrote is not None:
+            wrote(time.monotonic() - started)
         return True
     except Exception as exc:  # noqa: BLE001 - OSError, h5py's and TensorFlow's own errors for ENOSPC/EDQUOT
         for path in set(glob.glob(os.path.join(chief_dir, "ckpt-*"))) - existing:

@@ -1,0 +1,82 @@
+"""What a stop costs this run, measured, against the warning the job gives before it is killed.
+
+A stop signal (a job's `--signal=B:USR1@120`, `docker stop`) at an epoch's last step waits for that epoch's end:
+validation, the script's epoch-end callbacks, the epoch's checkpoint; elsewhere it costs one checkpoint. Both are
+measured here, the longest of each kept in the run's state (`stop-cost.json`, shown by `distrain runs show`). The
+rule: the signal lead must exceed the agreement on the stop (DISTRAIN_STOP_CHECK_SECONDS) plus the longest epoch
+end (its checkpoint included). A job declares its lead (DISTRAIN_STOP_LEAD, set by jobs/lib.sh from the job file's
+STOP_LEAD beside its `--signal` line); the chief warns once when the measured cost exceeds it: then the kill comes
+before the checkpoint and the stop costs the epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..runs import STOP_COST_FILE as FILE
+from ..runs import write_private_json
+
+
+class StopCost:
+    """Told of every step's end (steps.ObservesSteps), every checkpoint write (BackupHooks.wrote) and every epoch's
+    end after all other callbacks (the fit hook's last callback)."""
+
+    def __init__(self, state_dir: str | None, lead: float | None, agree_seconds: float,
+                 warn: Callable[[str], None]) -> None:
+        self.path = os.path.join(state_dir, FILE) if state_dir else None
+        self.lead, self.agree_seconds, self.warn = lead, agree_seconds, warn
+        self.known = read(state_dir) if state_dir else {}  # an earlier attempt's longest: still this run's cost
+        self.last_step: float | None = None
+        self.warned = False
+
+    def step_ended(self) -> None:
+        self.last_step = time.monotonic()
+
+    def wrote(self, seconds: float) -> None:
+        self._keep("checkpoint_seconds", seconds)
+
+    def epoch_ended(self) -> None:
+        if self.last_step is not None:
+            self._keep("epoch_end_seconds", time.monotonic() - self.last_step)
+        self.last_step = None
+        self._judge()
+
+    def _keep(self, name: str, seconds: float) -> None:
+        if seconds > self.known.get(name, 0.0):
+            self.known = {**self.known, name: round(seconds, 3), "lead_seconds": self.lead}
+            if self.path:
+                write_private_json(self.path, self.known)
+
+    def _judge(self) -> None:
+        epoch_end = self.known.get("epoch_end_seconds", 0.0)
+        needed = self.agree_seconds + max(epoch_end, self.known.get("checkpoint_seconds", 0.0))
+        if self.warned or self.lead is None or needed <= self.lead:
+            return
+        self.warned = True
+        self.warn(f"a stop now needs up to {needed:.0f} s (an epoch's end took {epoch_end:.1f} s: validation, "
+                  f"epoch-end callbacks, checkpoint), more than the {self.lead:.0f} s the job's signal gives "
+                  "(DISTRAIN_STOP_LEAD): a stop at an epoch's last step would be killed before its checkpoint; "
+                  "raise the job's --signal=B:USR1@N and STOP_LEAD together")
+
+
+def read(state_dir: str) -> dict[str, Any]:
+    """A run's measured stop cost ({} before its first epoch end)."""
+    try:
+        with open(os.path.join(state_dir, FILE)) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return {}
+
+
+def make_callback(keras: Any, cost: StopCost) -> Any:
+    """The callback that sees each epoch's end after every other one (validation and the checkpoint done)."""
+
+    class MeasureStopCost(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            cost.epoch_ended()
+
+    return MeasureStopCost()
