@@ -51,7 +51,8 @@ def test_runs_lists_each_runs_state_and_the_command_that_resumes_it(tmp_path):
             "failed with exit 1 on rank 0: KeyError: 'IDS_LOG' ("), states["failing.py"]  # the line that failed
         assert states["slow_steps.py"]["live"] and states["slow_steps.py"]["state"].startswith(
             f"running as pid {live.pid} on ")
-        shown = runs(output, "show", states[str(tmp_path / "finished")]["name"])
+        shown = run([DISTRAIN, "runs", "show", states[str(tmp_path / "finished")]["name"], "--dir", str(output)],
+                    env=clean_env()).stdout
         assert re.search(r"^resume +nothing to resume: it finished; its command, run again, trains it again", shown,
                          re.M), shown
         assert re.search(r"^stop needs +an epoch's end up to [\d.]+ s .*checkpoint up to [\d.]+ s; the job's signal "
