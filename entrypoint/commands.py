@@ -15,7 +15,7 @@ import sys
 import traceback
 from typing import Any, Callable, NoReturn, Optional, TypeVar
 
-from .errors import EXIT_PREEMPTED, EXIT_WORKER_FAILED, ConfigError, DistrainError, RunStopped
+from .errors import EXIT_PREEMPTED, EXIT_USAGE, EXIT_WORKER_FAILED, ConfigError, DistrainError, RunStopped
 
 Func = TypeVar("Func", bound=Callable)
 DEFAULT_WORKERS = 2  # `launch` without -n (cli's typer option says the same)
@@ -154,8 +154,14 @@ def _run_and_record_the_end(plan: Any, path: str, args: list[str]) -> None:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(EXIT_WORKER_FAILED)
+        from .container_paths import outside
         from .endings import one_line
 
+        unbound = outside(exc, plan.container)
+        if unbound:  # not the script's fault either: its data is not bound into the image
+            ending.record(EXIT_USAGE, unbound)
+            sys.stderr.write(f"{plan.line_prefix}distrain: error: {unbound}\n")
+            raise SystemExit(EXIT_USAGE) from None
         ending.record(1, one_line(exc))
         traceback.print_exc()
         sys.stderr.flush()

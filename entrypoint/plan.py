@@ -13,8 +13,8 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
+from . import container_paths, keras_family, runs, slurm, workdirs, world
 from . import gpus as gpu_files
-from . import keras_family, runs, slurm, workdirs, world
 from .errors import ConfigError
 from .keras_family import FAMILIES, KerasFamily
 from .settings import flag as _flag
@@ -65,6 +65,7 @@ class Plan:
     print_plan: bool = False  # DISTRAIN_PRINT_PLAN=1 (the job scripts): the chief logs this Plan at its start
     resume_command: str | None = None  # DISTRAIN_RESUME_COMMAND: what resumes this run (a job's, a launch's)
     job_id: str | None = None  # SLURM_JOB_ID: the job this run is part of (`distrain runs` shows it)
+    container: str = ""  # apptainer, docker or "": where a missing path may be one not bound (container_paths)
     node: str = ""  # SLURMD_NODENAME, else the host name: the node as Slurm users know it (stalls, endings)
     env_set: tuple[tuple[str, str], ...] = ()
     env_unset: tuple[str, ...] = ()
@@ -273,7 +274,7 @@ def _reporting(env: Mapping[str, str]) -> dict[str, bool | str | None]:
     """What the run says about itself: TensorFlow's own INFO lines, the Plan in the log, the command that resumes."""
     return {"verbose": _flag(env, "DISTRAIN_VERBOSE"), "print_plan": _flag(env, "DISTRAIN_PRINT_PLAN"),
             "resume_command": env.get("DISTRAIN_RESUME_COMMAND") or None, "job_id": env.get("SLURM_JOB_ID") or None,
-            "node": env.get("SLURMD_NODENAME") or socket.gethostname()}
+            "node": env.get("SLURMD_NODENAME") or socket.gethostname(), "container": container_paths.container(env)}
 
 
 @dataclass(frozen=True)

@@ -122,6 +122,8 @@ distrain_preflight() {
   fi
   (umask 077 && mkdir -p "$OUTPUT_DIR") 2>/dev/null && [ -w "$OUTPUT_DIR" ] \
     || distrain_die "output directory $OUTPUT_DIR is not writable: set DISTRAIN_OUTPUT_DIR"
+  [ -z "${DISTRAIN_DATA_DIR:-}" ] || [ -d "$DISTRAIN_DATA_DIR" ] \
+    || distrain_die "DISTRAIN_DATA_DIR=$DISTRAIN_DATA_DIR is not a directory on this node: set it to your data's directory"
   if [ "$mode" = mwm ] || [ "$mode" = horovod ]; then
     # --gres=gpu:G shares a node's G GPUs among its tasks: Horovod needs one task per GPU; MWM takes G/tasks
     # each (one task per node mirrors over all of them). --gpus-per-task=1 gives each task its own.

@@ -37,6 +37,9 @@ def assert_one_line_error(out, code: int, text: str) -> None:
          ["examples/train.py"], 2, "inconsistent Slurm variables"),
         ({"DISTRAIN_REQUIRE_GPU": "1"}, ["examples/train.py"], 3, "--nv"),
         ({"DISTRAIN_CHECKPOINT_DIR": "/etc/hostname/ckpt"}, ["examples/train.py"], 3, "is not writable"),
+        ({"APPTAINER_CONTAINER": "/images/distrain.sif"}, ["tests/integration/scripts/reads_unbound_data.py"], 2,
+         "/scratch-not-bound/me/data/train.csv is not in the container (no /scratch-not-bound there): bind it, "
+         "DISTRAIN_BIND=/scratch-not-bound/me/data"),
     ],
 )
 def test_bad_input_row(env, args, code, text):

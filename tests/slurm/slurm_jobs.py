@@ -74,6 +74,7 @@ def user(slurm: str, tmp_path: Path, **extra: str) -> tuple[Path, Path, dict[str
     """A user's $HOME with ~/myproject/train.py, $SCRATCH, and the environment the README assumes."""
     home = tmp_path / "home"
     (home / "myproject").mkdir(parents=True)
+    (tmp_path / "scratch" / "data").mkdir(parents=True)  # the quick start's DISTRAIN_DATA_DIR
     shutil.copy(ROOT / "examples" / "train.py", home / "myproject" / "train.py")
     # OMPI_MCA_btl: see slurm_jobs.job_env (emulated nodes share one host)
     defaults = {"SLURM_CONF": slurm, "HOME": str(home), "DISTRAIN": str(ROOT), "SCRATCH": str(tmp_path / "scratch"),

@@ -13,7 +13,7 @@ PACKAGE = ROOT / "entrypoint"
 LAYERS = [  # bottom to top; a module's layer is that of the longest prefix naming it
     ("base", ["errors", "log", "startup_stop"]),
     ("decision", ["settings", "workdirs", "slurm", "runs", "ports", "gpus", "world", "keras_family", "plan",
-                  "devices", "peers", "endings"]),
+                  "devices", "peers", "endings", "container_paths"]),
     ("setup", ["engines", "compat", "runtime"]),
     ("inside fit", ["fit"]),
     ("the run", ["runner", "restarts", "launcher"]),
