@@ -66,9 +66,10 @@ def _lock_held(path: str) -> bool:
 
 def _queued_jobs() -> set[str]:
     """The ids of this user's jobs Slurm still holds (one squeue for the whole listing). %A: a job array's task
-    is listed by the id it has in SLURM_JOB_ID, not as base_index."""
+    is listed by the id it has in SLURM_JOB_ID, not as base_index. Inside the image (bin/distrain on a login node)
+    there is no squeue: the host's list comes in DISTRAIN_QUEUED_JOBS."""
     if not shutil.which("squeue"):
-        return set()
+        return set(os.environ.get("DISTRAIN_QUEUED_JOBS", "").split())
     with contextlib.suppress(OSError, subprocess.TimeoutExpired):
         out = subprocess.run(["squeue", "-u", getpass.getuser(), "-h", "-o", "%A"], capture_output=True, text=True,
                              timeout=SQUEUE_TIMEOUT)

@@ -1,5 +1,6 @@
 """The Dockerfile and Apptainer.def, built for real and run as users run them."""
 
+import json
 import os
 import re
 import shutil
@@ -202,5 +203,10 @@ def test_the_quick_start_on_slurm_with_the_image(sif, slurm, tmp_path):
                               APPTAINERENV_DISTRAIN_REQUIRE_GPU="0", APPTAINER_DROP_CAPS="CAP_SYS_RESOURCE")
     env["PATH"] = f"/opt/distrain-apptainer/bin:{env['PATH']}"
     log = run_quick_start(slurm, home, project, env)
-    assert "apptainer run --nv --bind" in log
+    assert "apptainer run --nv --bind" in log and f"{tmp_path}/scratch/data" in log  # the quick start's data bound
     quick_start_trained(log, tmp_path / "scratch")
+    # on the login node, nothing installed: bin/distrain is the image's distrain (README, Quick start)
+    listed = subprocess.run([str(ROOT / "bin" / "distrain"), "runs", "--json"], cwd=project, env=env, text=True,
+                            capture_output=True, timeout=120)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert [r["state"].split()[0] for r in json.loads(listed.stdout)] == ["finished"], listed.stdout
