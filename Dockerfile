@@ -20,6 +20,8 @@ FROM ${BASE_IMAGE}
 
 ARG DISTRAIN_VERSION=0.1.0
 ARG FLAVOUR=ngc
+# what the base must carry, checked at the end of the install (image/expect.py): "flavour": the flavour's own
+ARG EXPECT=flavour
 LABEL org.opencontainers.image.title="distrain" \
       org.opencontainers.image.description="Run one unmodified Keras train.py on one GPU, a node, or many nodes (MWM or Horovod)" \
       org.opencontainers.image.version="${DISTRAIN_VERSION}" \
@@ -33,7 +35,7 @@ COPY entrypoint /opt/distrain/entrypoint
 COPY image /opt/distrain/image
 COPY wheelhouse /opt/distrain/wheelhouse
 # The install steps, the same for Apptainer.def: image/install.sh.
-RUN sh /opt/distrain/image/install.sh "${FLAVOUR}" \
+RUN sh /opt/distrain/image/install.sh "${FLAVOUR}" "${EXPECT}" \
  && useradd --create-home --uid 1000 --shell /bin/bash distrain \
  && mkdir -p /workspace && chmod 1777 /workspace
 

@@ -399,7 +399,8 @@ app.add_typer(image_app, name="image")
 @reports_errors
 def image_build(
     output: str = typer.Argument("distrain.sif", help="The .sif to write (replaced only after a good build)."),
-    definition: str = typer.Option("Apptainer.def", "--def", help="The definition file."),
+    definition: Optional[str] = typer.Option(None, "--def", help="The definition file (default: the checkout's "
+                                             "Apptainer.def, found from any directory)."),
     flavour: str = typer.Option("ngc", "--flavour", help="ngc: on NVIDIA's TensorFlow image (TensorFlow 2.17, the "
                                 "default); pypi: TensorFlow 2.21 with PyPI's CUDA on Debian 12 (needs --wheelhouse)."),
     wheelhouse: Optional[str] = typer.Option(None, "--wheelhouse", help="pypi: the wheels to install, filled on "
@@ -407,6 +408,9 @@ def image_build(
     base_image: Optional[str] = typer.Option(None, "--base-image", help="BASE_IMAGE build argument (default: the "
                                              "flavour's)."),
     from_docker: Optional[str] = typer.Option(None, "--from-docker", help="Build from a local Docker image instead."),
+    expect: Optional[str] = typer.Option(None, "--expect", help="What the base must carry, checked at the end of "
+                                         "the build (default: the flavour's, e.g. 'tensorflow=2.17 keras=3.3 "
+                                         "tf_keras=2.17 horovod=0.28.1 cuda nccl')."),
     fakeroot: bool = typer.Option(True, "--fakeroot/--no-fakeroot", help="apptainer build --fakeroot."),
     allow_home: bool = typer.Option(False, "--allow-home", help="Allow Apptainer's cache under $HOME."),
     notest: bool = typer.Option(False, "--notest", help="Skip the image's own check at the end of the build "
@@ -417,6 +421,8 @@ def image_build(
     from .tools.images import build, flavour_arguments
 
     arguments = {} if from_docker else flavour_arguments(flavour, base_image, wheelhouse)
+    if expect and not from_docker:
+        arguments["EXPECT"] = expect
     path = build(definition, output, os.environ, from_docker=from_docker, fakeroot=fakeroot, allow_home=allow_home,
                  build_args=arguments, test=not notest)
     typer.echo(f"distrain: built {path}")

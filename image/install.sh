@@ -8,10 +8,13 @@
 #         libraries, Keras 3, tf_keras and Horovod with NCCL, offline from /opt/distrain/wheelhouse
 #         (image/pypi-requirements.txt, pinned); the build fails unless TensorFlow is a CUDA build and Horovod
 #         has NCCL, MPI and Gloo.
+# Then the versions the base must carry, checked (image/expect.py; EXPECT, the second argument: "flavour" for the
+# flavour's own, the README's), failing the build otherwise.
 # Then distrain itself into site-packages (not PYTHONPATH/WORKDIR: Apptainer ignores WORKDIR; --no-build-isolation:
 # the base's setuptools builds it) and `distrain doctor`, whose output is the build's record of what the image holds.
 set -eu
-FLAVOUR=${1:?usage: install.sh ngc|pypi}
+FLAVOUR=${1:?usage: install.sh ngc|pypi [EXPECT]}
+EXPECT=${2:-flavour}
 HERE=/opt/distrain
 export PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore
 die() { echo "image/install.sh: $*" >&2; exit 2; }
@@ -60,5 +63,12 @@ EOF
     ;;
   *) die "unknown FLAVOUR=$FLAVOUR: ngc (NVIDIA's TensorFlow image) or pypi (TensorFlow 2.21 from PyPI)" ;;
 esac
+if [ "$EXPECT" = flavour ]; then
+  case "$FLAVOUR" in
+    ngc) EXPECT="tensorflow=2.17 keras=3.3 tf_keras=2.17 horovod=0.28.1 cuda nccl" ;;
+    pypi) EXPECT="tensorflow=2.21 keras=3.15 tf_keras=2.21 horovod=0.28.1 cuda nccl" ;;
+  esac
+fi
+python3 "$HERE/image/expect.py" "$EXPECT" || die "the base's contents are not the expected ones (above)"
 rm -rf "$HERE/wheelhouse"
 TF_CPP_MIN_LOG_LEVEL=2 DISTRAIN_REQUIRE_GPU=0 distrain doctor

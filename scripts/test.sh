@@ -24,7 +24,7 @@ trap print_stages EXIT  # however the run ends
 scripts/install.sh || exit 1
 stage_done "install"
 VENV=${DISTRAIN_VENV:-.venv}
-"$VENV/bin/ruff" check entrypoint tests examples benchmarks || exit 1
+"$VENV/bin/ruff" check entrypoint tests examples benchmarks image || exit 1
 "$VENV/bin/shellcheck" .ci/run scripts/*.sh image/*.sh jobs/*.job jobs/lib.sh bin/distrain tests/cluster/*.sh tests/gpu/*.sh || exit 1
 stage_done "lint"
 # 2 pytest-xdist workers, one per core: much of the suite waits on timers, rendezvous and Slurm, and a second

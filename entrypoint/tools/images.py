@@ -132,6 +132,51 @@ def _stream(lines: Iterator[str], what: str, tmp: str) -> None:
         raise DistrainError(f"{what} failed (exit {exc.returncode}): {last}", EXIT_BUILD_FAILED) from None
 
 
+DEFINITION = "Apptainer.def"
+
+
+@contextlib.contextmanager
+def _inside(directory: str) -> Iterator[None]:
+    """contextlib.chdir, which Python 3.9 (a login node's) lacks."""
+    before = os.getcwd()
+    os.chdir(directory)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def _installed_from() -> str | None:
+    """The checkout distrain was pip-installed from (editable or not): pip records it (PEP 610's direct_url.json)."""
+    import importlib.metadata
+    import json
+    from urllib.parse import unquote, urlparse
+
+    with contextlib.suppress(Exception):
+        url = json.loads(importlib.metadata.distribution("distrain").read_text("direct_url.json") or "{}").get("url")
+        if url and url.startswith("file://"):
+            return unquote(urlparse(url).path)
+    return None
+
+
+def build_context(definition: str | None, env: Mapping[str, str], cwd: str) -> tuple[str, str]:
+    """(the definition file, the directory its %files are read from): `--def` as given, else the first Apptainer.def
+    of the working directory, $DISTRAIN_HOME, $DISTRAIN, the checkout distrain was installed from, the one this
+    package is in; so an admin builds from any directory."""
+    if definition:
+        if not os.path.isfile(definition):
+            raise ConfigError(f"definition file {definition} not found")
+        path = os.path.abspath(definition)
+        return path, os.path.dirname(path)
+    package_checkout = str(Path(__file__).resolve().parents[2])
+    places = [cwd, env.get("DISTRAIN_HOME"), env.get("DISTRAIN"), _installed_from(), package_checkout]
+    for place in filter(None, places):
+        if os.path.isfile(os.path.join(place, DEFINITION)) and os.path.isdir(os.path.join(place, "entrypoint")):
+            return os.path.join(os.path.abspath(place), DEFINITION), os.path.abspath(place)
+    raise ConfigError(f"no {DEFINITION} here, in $DISTRAIN_HOME or in the checkout distrain was installed from: "
+                      f"run it in the distrain checkout, or --def /path/to/distrain/{DEFINITION}")
+
+
 def flavour_arguments(flavour: str, base_image: str | None, wheelhouse: str | None) -> dict[str, str]:
     """The build arguments that differ from Apptainer.def's defaults (the ngc flavour): BASE_IMAGE if given; for
     pypi also FLAVOUR, its base and its wheelhouse, checked here rather than after copying gigabytes."""
@@ -148,26 +193,26 @@ def flavour_arguments(flavour: str, base_image: str | None, wheelhouse: str | No
     return {"FLAVOUR": flavour, "BASE_IMAGE": base_image or FLAVOUR_BASES[flavour], "WHEELHOUSE": folder}
 
 
-def build(definition: str, output: str, env: Mapping[str, str], from_docker: str | None = None,
+def build(definition: str | None, output: str, env: Mapping[str, str], from_docker: str | None = None,
           fakeroot: bool = True, allow_home: bool = False, build_args: Mapping[str, str] | None = None,
           test: bool = True) -> str:
-    """apptainer build OUTPUT from a definition file with build_args (flavour_arguments), or from a local Docker
-    image (docker-daemon://); test=False: without the definition's %test at the end (apptainer build --notest)."""
+    """apptainer build OUTPUT from a definition file (build_context) with build_args (flavour_arguments), or from a
+    local Docker image (docker-daemon://); test=False: without the definition's %test (apptainer build --notest)."""
     from spython.main import Client
 
+    output = os.path.abspath(output)
+    context = os.getcwd()
     if from_docker:
         recipe = f"docker-daemon://{from_docker}"
     else:
-        if not os.path.isfile(definition):
-            raise ConfigError(f"definition file {definition} not found")
-        recipe = os.path.abspath(definition)
+        recipe, context = build_context(definition, env, os.getcwd())
     _check_output_dir(output)
     options: list[str] = ["--fakeroot"] if fakeroot and not from_docker else []
     options += [] if test else ["--notest"]
     for key, value in (build_args or {}).items():
         options += ["--build-arg", f"{key}={value}"]
     tmp = _partial(output)
-    with _apptainer_env(env, allow_home, merge_into="stdout"):
+    with _apptainer_env(env, allow_home, merge_into="stdout"), _inside(context):  # %files' paths are relative
         _, lines = Client.build(recipe=recipe, image=tmp, sudo=False, stream=True, force=True, options=options)
         _stream(lines, "apptainer build", tmp)
     return _finish(tmp, output, "apptainer build")

@@ -18,6 +18,7 @@ from helpers import ROOT, clean_env
 DOCKER = "/usr/bin/docker"
 BASE_TAR = Path(os.environ.get("DISTRAIN_TEST_BASE_TAR", "/var/cache/distrain/test-base-tf2.17.1.tar"))
 BASE_TAG = "distrain-test-base:tf2.17.1"
+CPU_BASE_CARRIES = "tensorflow=2.17 keras=3.3 tf_keras=2.17 horovod=0.28.1"  # NGC's, less CUDA and NCCL (EXPECT)
 REGISTRY = "127.0.0.1:5000"
 APPTAINER_HOME = Path(os.environ.get("DISTRAIN_APPTAINER_HOME", "/opt/distrain-apptainer"))
 APPTAINER_CACHE = Path(os.environ.get("DISTRAIN_TEST_APPTAINER_CACHE", "/var/cache/distrain/apptainer"))
@@ -36,8 +37,8 @@ def container_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def sh(cmd: list[str], timeout: float = 900, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, env=container_env(**env), cwd=ROOT, text=True, timeout=timeout,
+def sh(cmd: list[str], timeout: float = 900, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, env=container_env(**env), cwd=cwd, text=True, timeout=timeout,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
@@ -67,7 +68,8 @@ def docker():
 
 @pytest.fixture(scope="session")
 def docker_image(docker):
-    out = sh([DOCKER, "build", "--build-arg", f"BASE_IMAGE={BASE_TAG}", "-t", "distrain:test", "."], timeout=900)
+    out = sh([DOCKER, "build", "--build-arg", f"BASE_IMAGE={BASE_TAG}", "--build-arg", f"EXPECT={CPU_BASE_CARRIES}",
+              "-t", "distrain:test", "."], timeout=900)
     assert out.returncode == 0, out.stdout[-3000:]
     return "distrain:test"
 
@@ -81,9 +83,10 @@ def sif(docker, tmp_path_factory):
         pytest.skip("apptainer is not installed (scripts/install.sh runs scripts/setup-apptainer.sh)")
     image = tmp_path_factory.mktemp("sif") / "distrain.sif"
     APPTAINER_CACHE.mkdir(mode=0o700, parents=True, exist_ok=True)
+    elsewhere = tmp_path_factory.mktemp("admin")  # an admin builds from any directory (README, For admins)
     out = sh([str(ROOT / ".venv" / "bin" / "distrain"), "image", "build", str(image), "--base-image", docker,
-              "--notest"], timeout=1200, DISTRAIN_CACHE=str(APPTAINER_CACHE),
-             APPTAINER_MKSQUASHFS_ARGS=SQUASHFS_FOR_TESTS)
+              "--notest", "--expect", CPU_BASE_CARRIES], timeout=1200, cwd=elsewhere,
+             DISTRAIN_CACHE=str(APPTAINER_CACHE), APPTAINER_MKSQUASHFS_ARGS=SQUASHFS_FOR_TESTS)
     assert out.returncode == 0, out.stdout[-3000:]
     assert f"distrain: built {image}" in out.stdout
     return image
