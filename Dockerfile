@@ -39,7 +39,8 @@ RUN sh /opt/distrain/image/install.sh "${FLAVOUR}" "${EXPECT}" \
  && useradd --create-home --uid 1000 --shell /bin/bash distrain \
  && mkdir -p /workspace && chmod 1777 /workspace
 
-ENV DISTRAIN_REQUIRE_GPU=1
+# a mounted ~/.local would shadow the image's packages: `-e PYTHONNOUSERSITE=` reads it (entrypoint/user_site.py)
+ENV DISTRAIN_REQUIRE_GPU=1 PYTHONNOUSERSITE=1
 WORKDIR /workspace
 USER 1000:1000
 ENTRYPOINT ["distrain"]

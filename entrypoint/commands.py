@@ -156,9 +156,10 @@ def _run_and_record_the_end(plan: Any, path: str, args: list[str]) -> None:
             os._exit(EXIT_WORKER_FAILED)
         from .container_paths import outside
         from .endings import one_line
+        from .user_site import unread_module
 
-        unbound = outside(exc, plan.container)
-        if unbound:  # not the script's fault either: its data is not bound into the image
+        unbound = outside(exc, plan.container) or unread_module(exc, os.environ)
+        if unbound:  # not the script's fault either: its data is not bound, its package not read, in the image
             ending.record(EXIT_USAGE, unbound)
             sys.stderr.write(f"{plan.line_prefix}distrain: error: {unbound}\n")
             raise SystemExit(EXIT_USAGE) from None

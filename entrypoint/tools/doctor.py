@@ -45,6 +45,9 @@ def _container_tools() -> str:
 
 def _doctor_host(plan: Plan | None, problems: list[str]) -> None:
     """Proxies, the Apptainer cache, container tools, the driver's GPUs, /dev/shm, the trust model."""
+    from ..user_site import describe
+
+    typer.echo(describe(os.environ))
     proxies = [v for v in PROXY_VARS if os.environ.get(v)]
     typer.echo(f"proxies: {' '.join(proxies) if proxies else 'none set'}"
                + (" (unset for MWM by distrain run)" if proxies else ""))

@@ -59,6 +59,22 @@ def test_launch_on_a_port_in_use_says_so_before_starting_any_worker():
     assert "[0/2]" not in out.stdout
 
 
+def test_a_module_only_the_unread_user_site_holds_is_one_line_naming_the_setting(tmp_path):
+    """The image reads no ~/.local (PYTHONNOUSERSITE=1, Apptainer.def): a script importing a package installed
+    there with `pip install --user` is told which setting reads it; without PYTHONNOUSERSITE it imports."""
+    site = tmp_path / ".local" / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    (site / "labtools").mkdir(parents=True)
+    (site / "labtools" / "__init__.py").write_text("ANSWER = 42\n")
+    script = tmp_path / "train.py"
+    script.write_text("import labtools\nprint('labtools', labtools.ANSWER)\n")
+    unread = run([DISTRAIN, "run", str(script)], env=clean_env(HOME=str(tmp_path), PYTHONNOUSERSITE="1"))
+    assert_one_line_error(unread, 2, f"module 'labtools' is in your user site {site}, which the image does not "
+                          "read (it could shadow the image's TensorFlow and NumPy): set DISTRAIN_USER_SITE=1")
+    read = subprocess.run(["/usr/bin/python3", "-c", "import labtools; print(labtools.ANSWER)"],
+                          env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+    assert read.stdout.strip() == "42", read.stderr  # where Python reads it (outside a venv), it shadows packages
+
+
 def test_full_disk_leaves_no_half_written_model(tmp_path):
     with small_tmpfs(tmp_path / "disk", "64k") as disk:
         out = run([DISTRAIN, "run", "examples/train.py", "--epochs", "1", "--save", str(disk / "m.keras")],

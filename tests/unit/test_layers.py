@@ -13,7 +13,8 @@ PACKAGE = ROOT / "entrypoint"
 LAYERS = [  # bottom to top; a module's layer is that of the longest prefix naming it
     ("base", ["errors", "log", "startup_stop"]),
     ("decision", ["settings", "workdirs", "slurm", "runs", "ports", "gpus", "world", "keras_family", "plan",
-                  "devices", "peers", "endings", "container_paths"]),
+                  "devices", "peers", "endings", "container_paths",
+                  "user_site"]),
     ("setup", ["engines", "compat", "runtime"]),
     ("inside fit", ["fit"]),
     ("the run", ["runner", "restarts", "launcher"]),
@@ -150,6 +151,8 @@ SETTINGS_READERS = {"plan.py", "slurm.py", "runs.py", "workdirs.py", "world.py",
 SETTINGS_EXCEPTIONS = {
     "tools/selftest.py": "SLURM_NTASKS of an allocation the self-test judges from its rows (selftest.job)",
     "tools/selftest_train.py": "DISTRAIN_SELFTEST_FAULT: the self-test's negative control, read by its worker only",
+    "runs_view.py": "DISTRAIN_QUEUED_JOBS: the host's squeue list that bin/distrain hands the image (no Plan made)",
+    "tools/images.py": "DISTRAIN_HOME, DISTRAIN: where the checkout is, for `image build` (no Plan made)",
 }
 def setting_reads(source: str) -> list[int]:
     """Lines that read a DISTRAIN_* or SLURM_* variable: `x.get("NAME")`, `getenv("NAME")`, `x["NAME"]` (a load)."""
