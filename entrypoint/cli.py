@@ -33,10 +33,9 @@ distribution strategy and runs your script under it.
 
 \b
 Exit codes: 0 ok · 1 (or the script's own code) the script failed, or a selftest check · 2 bad input/configuration ·
-3 this machine cannot run it (no GPU, no Horovod, unwritable dir) · 4 a worker died ·
-5 image build/pull failed · 75 stopped on SIGTERM/SIGUSR1/Ctrl-C after a checkpoint (the same command
-resumes) · 137 killed (start-up watchdog, or the system) · 130/143 `launch` killed workers that did not stop
-(a second Ctrl-C, or DISTRAIN_KILL_WAIT after SIGTERM).
+3 this machine cannot run it (no GPU, no Horovod, unwritable dir) · 4 a worker died · 5 image build/pull failed ·
+75 stopped on SIGTERM/SIGUSR1/Ctrl-C after a checkpoint (the same command resumes) · 137 killed (start-up
+watchdog, or the system) · 130/143 `launch` killed workers that did not stop (a second Ctrl-C, DISTRAIN_KILL_WAIT).
 """
 
 app = typer.Typer(help=HELP, add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True,
@@ -129,9 +128,8 @@ def plan_cmd(
     ctx: typer.Context,
     script: Optional[str] = typer.Argument(None, help="The script and its arguments: they name the run."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
-    job_name: Optional[str] = typer.Option(None, "--job-name", help="The Slurm job name the run will have (it "
-                                           "names the run: the job file's, e.g. distrain-mwm, or sbatch's "
-                                           "--job-name), to see on the login node the run the job will resume."),
+    job_name: Optional[str] = typer.Option(None, "--job-name", help="The job's name (e.g. distrain-mwm): on the login "
+                                           "node, the run that job will be, its directory, where it resumes."),
 ) -> None:
     """Print what would run here, and why, without importing TensorFlow."""
     env = as_a_job_sees_it(os.environ, job_name, os.getcwd()) if job_name is not None else os.environ
@@ -198,12 +196,23 @@ def data(
     out_dir: str = typer.Argument(..., help="Directory for the TFRecord shards."),
     shards: int = typer.Option(8, "--shards", help="Number of files (at least the number of workers)."),
 ) -> None:
-    """Write scikit-learn's bundled digits as TFRecord shards (for examples/tfrecord_digits.py)."""
+    """Write 1,797 seeded 8x8 digits as TFRecord shards (for examples/tfrecord_digits.py)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from .tools.data import write_digits
 
     paths = write_digits(out_dir, shards)
     typer.echo(f"wrote {len(paths)} shards to {out_dir}")
+
+
+@app.command()
+@reports_errors
+def packages(requirements: str = typer.Argument(..., help="A pip requirements file (DISTRAIN_REQUIREMENTS).")) -> None:
+    """Build a script's own packages beforehand (a login node, where compute nodes have no internet): the
+    virtualenv runs with DISTRAIN_REQUIREMENTS use, over the image's packages, under the output directory."""
+    from . import packages as own
+
+    plan = detect({**os.environ, "DISTRAIN_REQUIREMENTS": requirements})
+    typer.echo(f"distrain: packages ready: {own.ensure(str(plan.packages_root), str(plan.requirements), typer.echo)}")
 
 
 EXIT_RESTART, EXIT_END, EXIT_REQUEUE = 0, 1, 10  # restart-check's answers to jobs/lib.sh
@@ -408,9 +417,8 @@ def image_build(
     base_image: Optional[str] = typer.Option(None, "--base-image", help="BASE_IMAGE build argument (default: the "
                                              "flavour's)."),
     from_docker: Optional[str] = typer.Option(None, "--from-docker", help="Build from a local Docker image instead."),
-    expect: Optional[str] = typer.Option(None, "--expect", help="What the base must carry, checked at the end of "
-                                         "the build (default: the flavour's, e.g. 'tensorflow=2.17 keras=3.3 "
-                                         "tf_keras=2.17 horovod=0.28.1 cuda nccl')."),
+    expect: Optional[str] = typer.Option(None, "--expect", help="What the base must carry, checked by the build "
+                                         "(default: the flavour's: 'tensorflow=2.17 keras=3.3 ... cuda nccl')."),
     fakeroot: bool = typer.Option(True, "--fakeroot/--no-fakeroot", help="apptainer build --fakeroot."),
     allow_home: bool = typer.Option(False, "--allow-home", help="Allow Apptainer's cache under $HOME."),
     notest: bool = typer.Option(False, "--notest", help="Skip the image's own check at the end of the build "

@@ -83,6 +83,10 @@ def run_script_command(script: str, args: list[str]) -> None:
     plan = detect(os.environ, script=path, argv=args)
     runtime.apply_checks(plan)
     logger = log.configure(plan.line_prefix)
+    if plan.requirements and plan.packages_root:  # before TensorFlow loads: the script's packages first
+        from . import packages
+
+        packages.use(packages.ensure(plan.packages_root, plan.requirements, logger.info))
     if plan.checkpoint_workdir:
         _open_the_runs_state(plan, path, args, logger)
     _say_what_runs(plan, logger)

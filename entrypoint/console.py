@@ -15,7 +15,7 @@ from typing import Optional
 
 from .commands import DEFAULT_WORKERS, fail, launch_command, run_script_command
 
-COMMANDS = ("run", "launch", "plan", "doctor", "selftest", "runs", "data", "bench", "image", "--help", "-h",
+COMMANDS = ("run", "launch", "plan", "doctor", "selftest", "runs", "data", "packages", "bench", "image", "--help", "-h",
             "--version")
 HIDDEN_COMMANDS = ("restart-check",)  # jobs/lib.sh's, not a user's
 

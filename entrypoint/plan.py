@@ -65,6 +65,8 @@ class Plan:
     print_plan: bool = False  # DISTRAIN_PRINT_PLAN=1 (the job scripts): the chief logs this Plan at its start
     resume_command: str | None = None  # DISTRAIN_RESUME_COMMAND: what resumes this run (a job's, a launch's)
     job_id: str | None = None  # SLURM_JOB_ID: the job this run is part of (`distrain runs` shows it)
+    requirements: str | None = None  # DISTRAIN_REQUIREMENTS: the script's own packages (packages.py)
+    packages_root: str | None = None  # the output dir, where their virtualenv is built once per digest
     container: str = ""  # apptainer, docker or "": where a missing path may be one not bound (container_paths)
     node: str = ""  # SLURMD_NODENAME, else the host name: the node as Slurm users know it (stalls, endings)
     env_set: tuple[tuple[str, str], ...] = ()
@@ -145,6 +147,9 @@ class Plan:
         if self.run_name:
             rows.append(("run", self.run_name, why.get("run", "")))
         rows.append(("checkpoint", self.checkpoint_dir or "off", why.get("checkpoint", "")))
+        if self.requirements:
+            rows.append(("packages", self.requirements, "DISTRAIN_REQUIREMENTS: a virtualenv over the image's, "
+                         f"built once under {self.packages_root}/packages"))
         if self.env_set:
             names = " ".join(name for name, _ in self.env_set)
             rows.append(("sets", names, why.get("sets", "before TensorFlow loads")))
@@ -274,7 +279,18 @@ def _reporting(env: Mapping[str, str]) -> dict[str, bool | str | None]:
     """What the run says about itself: TensorFlow's own INFO lines, the Plan in the log, the command that resumes."""
     return {"verbose": _flag(env, "DISTRAIN_VERBOSE"), "print_plan": _flag(env, "DISTRAIN_PRINT_PLAN"),
             "resume_command": env.get("DISTRAIN_RESUME_COMMAND") or None, "job_id": env.get("SLURM_JOB_ID") or None,
-            "node": env.get("SLURMD_NODENAME") or socket.gethostname(), "container": container_paths.container(env)}
+            "node": env.get("SLURMD_NODENAME") or socket.gethostname(), "container": container_paths.container(env),
+            **_requirements(env)}
+
+
+def _requirements(env: Mapping[str, str]) -> dict[str, str | None]:
+    """DISTRAIN_REQUIREMENTS, a file that must exist, and the output dir its virtualenv goes under."""
+    named = env.get("DISTRAIN_REQUIREMENTS")
+    if not named:
+        return {}
+    if not os.path.isfile(named):
+        raise ConfigError(f"DISTRAIN_REQUIREMENTS={named}: no such file (a pip requirements file)")
+    return {"requirements": os.path.abspath(named), "packages_root": workdirs.root(env, "DISTRAIN_OUTPUT_DIR").path}
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from entrypoint.console import parse_launch
 from helpers import ROOT, clean_env, small_tmpfs
 from readme_blocks import block
 
-COMMANDS = [["run"], ["launch"], ["plan"], ["doctor"], ["data"], ["bench"], ["image"], ["image", "build"],
+COMMANDS = [["run"], ["launch"], ["plan"], ["doctor"], ["data"], ["packages"], ["bench"], ["image"], ["image", "build"],
             ["image", "pull"], []]
 
 

@@ -15,7 +15,7 @@ LAYERS = [  # bottom to top; a module's layer is that of the longest prefix nami
     ("decision", ["settings", "workdirs", "slurm", "runs", "ports", "gpus", "world", "keras_family", "plan",
                   "devices", "peers", "endings", "container_paths",
                   "user_site"]),
-    ("setup", ["engines", "compat", "runtime"]),
+    ("setup", ["engines", "compat", "runtime", "packages"]),
     ("inside fit", ["fit"]),
     ("the run", ["runner", "restarts", "launcher"]),
     ("commands and tools", ["commands", "runs_view", "tools"]),
