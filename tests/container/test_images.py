@@ -139,7 +139,10 @@ def test_dockerfile_and_def_describe_the_same_image():
     arguments = dict(re.findall(r"^\s+(\w+)=(\S+)$", definition.split("%arguments", 1)[1].split("\n%", 1)[0], re.M))
     assert docker.fromHeader == arguments["BASE_IMAGE"]
     assert apptainer.fromHeader.lower() == "{{ base_image }}"
-    assert sorted(docker.environ) == sorted(apptainer.environ) == ["DISTRAIN_REQUIRE_GPU=1"]
+    # the same variables; Apptainer's %environment is a shell, so DISTRAIN_USER_SITE=1 can leave ~/.local read
+    assert sorted(docker.environ) == ["DISTRAIN_REQUIRE_GPU=1", "PYTHONNOUSERSITE=1"]
+    assert sorted(apptainer.environ) == [
+        "DISTRAIN_REQUIRE_GPU=1", 'if [ "${DISTRAIN_USER_SITE:-0}" != 1 ]; then export PYTHONNOUSERSITE=1; fi']
     assert docker.entrypoint == ["distrain"] and apptainer.cmd.strip() == 'exec distrain "$@"'
     docker_files = {os.path.join(dst, os.path.basename(src)) if dst.endswith("/") else dst
                     for src, dst in docker.files}
