@@ -15,7 +15,7 @@ import pytest
 from helpers import ROOT, XDIST_WORKER
 
 FOLDER_MARKERS = {"unit", "integration", "horovod", "slurm", "container", "bench", "compat", "conformance", "gpu"}
-CLUSTER_FIXTURES = {"slurm", "slurm_eight_nodes", "docker", "docker_image", "sif"}
+CLUSTER_FIXTURES = {"slurm", "slurm_eight_nodes", "slurm_gres_only", "docker", "docker_image", "sif"}
 CLUSTER_TESTS = ("tests/slurm/", "tests/container/",
                  "tests/compat/test_corpus.py::test_the_guides_scripts_through_the_job_scripts")
 
@@ -82,17 +82,29 @@ def slurm():
         subprocess.run([str(CLUSTER / "stop-slurm.sh")], env=env, capture_output=True, timeout=120)
 
 
-def eight_nodes_settings() -> dict[str, str]:
-    """start-slurm.sh's settings for the second cluster (tests/cluster/eight-nodes.env)."""
-    lines = (CLUSTER / "eight-nodes.env").read_text().splitlines()
+def cluster_settings(name: str = "eight-nodes") -> dict[str, str]:
+    """start-slurm.sh's settings for another cluster beside the first (tests/cluster/NAME.env)."""
+    lines = (CLUSTER / f"{name}.env").read_text().splitlines()
     return dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
+
 
 
 @pytest.fixture(scope="session")
 def slurm_eight_nodes():
     """A second cluster of 8 emulated nodes beside the first, started for the tests that need it and stopped after
     them (8 slurmd processes: only in --full)."""
-    env = {**os.environ, **eight_nodes_settings()}
+    env = {**os.environ, **cluster_settings("eight-nodes")}
+    out = subprocess.run([str(CLUSTER / "start-slurm.sh")], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    yield f"{env['SLURM_ROOT']}/etc/slurm.conf"
+    subprocess.run([str(CLUSTER / "stop-slurm.sh")], env=env, capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def slurm_gres_only():
+    """A cluster whose Slurm takes GPUs only as --gres=gpu:N (select/cons_res: tests/cluster/gres-only.env), beside
+    the first, for the tests that need it; stopped after them."""
+    env = {**os.environ, **cluster_settings("gres-only")}
     out = subprocess.run([str(CLUSTER / "start-slurm.sh")], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
     yield f"{env['SLURM_ROOT']}/etc/slurm.conf"

@@ -6,7 +6,7 @@
 #
 # Usage:  tests/cluster/start-slurm.sh      then: source $SLURM_ROOT/env.sh (the slurm tests do both)
 # Adapted from the team's worked example (shared/reference). Tunables (env): SLURM_ROOT SLURM_NODES
-#                 SLURM_NODE_FIRST SLURM_CPUS SLURM_GPUS SLURM_MEM
+#                 SLURM_NODE_FIRST SLURM_CPUS SLURM_GPUS SLURM_MEM SLURM_SELECT
 #                 SLURM_PARTITIONS SLURM_NODE_PORT_BASE SLURM_CTLD_PORT SLURM_FIRST_JOB_ID SLURM_LINK_ETC
 # A second cluster beside the first (another SLURM_ROOT, nodes, ports and first job id, SLURM_LINK_ETC=0) runs
 # alongside it: tests/slurm/test_eight_nodes.py's 8 emulated nodes.
@@ -18,6 +18,7 @@ SLURM_NODES=${SLURM_NODES:-2}
 SLURM_CPUS=${SLURM_CPUS:-8}              # CPUs per node (may exceed real cores)
 SLURM_GPUS=${SLURM_GPUS:-4}              # fake GPUs per node (0 = no GRES)
 SLURM_MEM=${SLURM_MEM:-128000}           # RealMemory per node in MB (may exceed real RAM)
+SLURM_SELECT=${SLURM_SELECT:-select/cons_tres}  # select/cons_res: a site that takes GPUs only as --gres
 SLURM_PARTITIONS=${SLURM_PARTITIONS:-"debug gpu"}   # first one is the default
 SLURM_NODE_PORT_BASE=${SLURM_NODE_PORT_BASE:-17001}
 SLURM_CTLD_PORT=${SLURM_CTLD_PORT:-6817}
@@ -103,7 +104,7 @@ SlurmctldLogFile=$SLURM_ROOT/log/slurmctld.log
 SlurmdLogFile=$SLURM_ROOT/log/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
-SelectType=select/cons_tres
+SelectType=$SLURM_SELECT
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
 # a requeued job becomes eligible when its old credential expires, an event no scheduler pass follows: it would

@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -226,3 +227,29 @@ def test_selftest_job_proves_mwm_and_horovod_across_two_nodes(slurm, tmp_path):
     assert "verdict: PASS" in verdict
     rows = json.loads(next((tmp_path / "output").glob("selftest-*/selftest.json")).read_text())
     assert {"check", "status", "detail", "seconds"} == set(rows[0])
+
+
+def test_a_site_that_takes_gpus_only_as_gres_submits_every_job_file_gres_jobs_writes(slurm_gres_only, tmp_path):
+    """A Slurm with select/cons_res (tests/cluster/gres-only.env) refuses --gpus-per-task, which sbatch reads from
+    the header before any site file could change it: scripts/gres-jobs.sh writes the job files with
+    --gres=gpu:<tasks per node>, and every one of them is accepted as written (sbatch --test-only: the scheduler's
+    own check of the header against the cluster; the allocations they get are the ones the --gres jobs above run)."""
+    def test_only(job: Path) -> subprocess.CompletedProcess:
+        return subprocess.run(["sbatch", "--test-only", str(job), "train.py"], capture_output=True, text=True,
+                              env=clean_env(SLURM_CONF=slurm_gres_only), timeout=60, cwd=tmp_path)
+
+    refused = test_only(ROOT / "jobs" / "mwm.job")  # negative control: the job file as shipped
+    assert refused.returncode != 0 and "GRES option unsupported" in refused.stderr, refused.stderr
+    made = subprocess.run([str(ROOT / "scripts" / "gres-jobs.sh"), str(tmp_path / "jobs-gres")], capture_output=True,
+                          text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    written = sorted((tmp_path / "jobs-gres").glob("*.job"))
+    assert [job.name for job in written] == sorted(job.name for job in (ROOT / "jobs").glob("*.job"))
+    for job in written:
+        header = job.read_text()
+        assert "--gpus-per-task" not in header and f"DISTRAIN_HOME=${{DISTRAIN_HOME:-{ROOT}}}" in header, job.name
+        tasks = re.search(r"^#SBATCH --ntasks-per-node=(\d+)$", header, re.M)
+        if tasks:  # one GPU a task, as before
+            assert f"\n#SBATCH --gres=gpu:{tasks[1]}\n" in header, job.name
+        accepted = test_only(job)
+        assert accepted.returncode == 0 and "to start at" in accepted.stderr, (job.name, accepted.stderr)
