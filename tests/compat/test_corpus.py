@@ -33,10 +33,18 @@ LAUNCH = {
 ONE_PROCESS = {"guide_mwm.py", "tf_tutorial_mwm_ctl.py", "keras3_cnn_bn.py", "tf_keras_cnn.py", "guide_horovod.py"}
 
 
+# Plain Keras 3 scripts with no distribution code of their own are the conformance suite's (tests/conformance: every
+# mode, against plain python's numbers): in the default tier only the ones it has no scenario like (a model with
+# BatchNormalization, tf_keras under Horovod) run here; every one in --full
+CONFORMANCE_COVERS = {"keras3_subclassed.py", "keras3_functional_ops.py"}
+
+
 def cases():
     for scripts, modes in ((OWN_MWM, ("single", "mwm")), (ANY_LAUNCHER, ("single", "mwm", "horovod")),
                            (HOROVOD_BY_HAND, ("single", "horovod"))):
         for script in scripts:
+            if script in CONFORMANCE_COVERS and not FULL_TIER:
+                continue
             yield from ((script, mode) for mode in modes if mode != "single" or FULL_TIER or script in ONE_PROCESS)
 
 

@@ -21,9 +21,10 @@ from helpers import (
     run,
 )
 
-# On TensorFlow 2.21 (`core`) the tf_keras case: Keras 3 there has its own tests (test_keras3.py). A tf_keras model
-# saved and loaded on 2.21 is the Horovod sync test's (horovod/test_horovod.py, mpi-legacy), not the single one's
-LEGACY_IS_CORE = ["keras3", pytest.param("legacy", marks=pytest.mark.core)]
+# On TensorFlow 2.21 (`core`) both families' ranks that start apart: the broadcast of the chief's first weights (the
+# conformance suite's scenarios start alike). A tf_keras model saved and loaded on 2.21 is the Horovod sync test's
+# (horovod/test_horovod.py, mpi-legacy), not the single one's
+BOTH_CORE = [pytest.param(family, marks=pytest.mark.core) for family in KERAS_FAMILIES]
 
 
 @pytest.mark.parametrize("family", KERAS_FAMILIES)
@@ -43,7 +44,7 @@ def test_python_dash_m_entrypoint_is_the_same_command(tmp_path):
     assert results(out.stdout)[0]["epochs"] == "1"
 
 
-@pytest.mark.parametrize("family", LEGACY_IS_CORE)
+@pytest.mark.parametrize("family", BOTH_CORE)
 def test_mwm_synchronises_ranks_that_start_apart(tmp_path, family):
     """Different seeds and data per rank; identical weights at the end, progress from the chief only, one model
     saved. Without the hooks: different weights."""

@@ -122,8 +122,8 @@ def test_a_skipped_fit_without_its_random_state_draws_other_numbers_negative_con
     assert drawn_after_the_first_fit(a) != drawn_after_the_first_fit(tmp_path / "b")
 
 
-@pytest.mark.parametrize(("mode", "family"), [pytest.param("single", "keras3", marks=pytest.mark.core),
-                                              ("mwm", "legacy")], ids=["single-keras3", "mwm-legacy"])
+@pytest.mark.parametrize(("mode", "family"), [("single", "keras3"), ("mwm", "legacy")],
+                         ids=["single-keras3", "mwm-legacy"])
 def test_callbacks_whose_patience_runs_out_right_after_the_stop_decide_as_in_the_run_never_stopped(tmp_path, kept_runs,
                                                                                                      mode, family):
     """--plateau: the second fit's loss never improves by min_delta=10, so ReduceLROnPlateau halves the learning
