@@ -8,6 +8,7 @@ workers' jobs, and each worker would start, build and stop them for itself."""
 
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -82,30 +83,24 @@ def slurm():
         subprocess.run([str(CLUSTER / "stop-slurm.sh")], env=env, capture_output=True, timeout=120)
 
 
-def cluster_settings(name: str = "eight-nodes") -> dict[str, str]:
-    """start-slurm.sh's settings for another cluster beside the first (tests/cluster/NAME.env)."""
+def another_cluster(name: str) -> Iterator[str]:
+    """A cluster beside the first, with start-slurm.sh's settings in tests/cluster/NAME.env: started, its
+    SLURM_CONF yielded, stopped after the tests that need it."""
     lines = (CLUSTER / f"{name}.env").read_text().splitlines()
-    return dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
-
+    env = {**os.environ, **dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))}
+    out = subprocess.run([str(CLUSTER / "start-slurm.sh")], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    yield f"{env['SLURM_ROOT']}/etc/slurm.conf"
+    subprocess.run([str(CLUSTER / "stop-slurm.sh")], env=env, capture_output=True, timeout=120)
 
 
 @pytest.fixture(scope="session")
 def slurm_eight_nodes():
-    """A second cluster of 8 emulated nodes beside the first, started for the tests that need it and stopped after
-    them (8 slurmd processes: only in --full)."""
-    env = {**os.environ, **cluster_settings("eight-nodes")}
-    out = subprocess.run([str(CLUSTER / "start-slurm.sh")], env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout + out.stderr
-    yield f"{env['SLURM_ROOT']}/etc/slurm.conf"
-    subprocess.run([str(CLUSTER / "stop-slurm.sh")], env=env, capture_output=True, timeout=120)
+    """A second cluster of 8 emulated nodes (8 slurmd processes: only in --full)."""
+    yield from another_cluster("eight-nodes")
 
 
 @pytest.fixture(scope="session")
 def slurm_gres_only():
-    """A cluster whose Slurm takes GPUs only as --gres=gpu:N (select/cons_res: tests/cluster/gres-only.env), beside
-    the first, for the tests that need it; stopped after them."""
-    env = {**os.environ, **cluster_settings("gres-only")}
-    out = subprocess.run([str(CLUSTER / "start-slurm.sh")], env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout + out.stderr
-    yield f"{env['SLURM_ROOT']}/etc/slurm.conf"
-    subprocess.run([str(CLUSTER / "stop-slurm.sh")], env=env, capture_output=True, timeout=120)
+    """A cluster whose Slurm takes GPUs only as --gres=gpu:N (select/cons_res refuses --gpus-per-task)."""
+    yield from another_cluster("gres-only")
