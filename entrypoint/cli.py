@@ -225,6 +225,7 @@ def restart_check(
     script: str = SCRIPT_ARG,
     code: int = typer.Option(..., "--code", help="srun's exit code for the step."),
     since: float = typer.Option(..., "--since", help="When the step started (seconds since the epoch)."),
+    killed_first: int = typer.Option(-1, "--killed-first", help="The task srun reported killed first (-1: none)."),
 ) -> None:
     """jobs/lib.sh, after a step failed: restart it (exit 0), end the job (1), or requeue it (10: no worker
     started, a node down?). Prints the one line that says why (restarts.py)."""
@@ -234,7 +235,8 @@ def restart_check(
     shell = batch_shell(os.environ)
     run = restarts.RunOfLaunch.detect(script, list(ctx.args), session=shell.session)
     records = run.step_records(since)
-    ended = restarts.step_ended(records, shell.tasks or max(records, default=0) + 1, code)
+    ended = restarts.step_ended(records, shell.tasks or max(records, default=0) + 1, code,
+                                 killed_first if killed_first >= 0 else None)
     if not ended.started:
         typer.echo(f"no worker of the step started (srun exit {code}: a node down?)")
         raise typer.Exit(EXIT_REQUEUE)

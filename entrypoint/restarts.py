@@ -46,10 +46,11 @@ class Ended:
     started: bool = True  # False: no worker of the step started (the step could not get its nodes)
 
 
-def step_ended(records: dict[int, dict], size: int, code: int) -> Ended:
+def step_ended(records: dict[int, dict], size: int, code: int, killed_first: int | None = None) -> Ended:
     """How a Slurm step ended, from srun's exit code and what its workers recorded (endings.py): the script's
     own end first (the others' lost peer follows from it), then a worker that ended without a word, then a lost
-    peer."""
+    peer. When several ended without a word (Slurm's KillWait ends the survivor before it can say it lost a peer),
+    the root cause is the task srun reported killed first (`killed_first`, from its log), not the lowest rank."""
     if code == 0:
         return Ended(0)
     if not records:
@@ -62,7 +63,8 @@ def step_ended(records: dict[int, dict], size: int, code: int) -> Ended:
     silent = sorted(rank for rank in range(size) if "code" not in records.get(rank, {}))
     if silent:
         signal_number = code - 128 if 128 < code < 128 + 65 else None  # srun: 128 + the signal of a killed task
-        return Ended(EXIT_WORKER_FAILED, silent[0], -signal_number if signal_number else None, hosts,
+        cause = killed_first if killed_first in silent else silent[0]
+        return Ended(EXIT_WORKER_FAILED, cause, -signal_number if signal_number else None, hosts,
                      vanished=signal_number is None)
     lost = sorted(rank for rank, r in records.items() if r.get("code") == EXIT_WORKER_FAILED)
     if lost:

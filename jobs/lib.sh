@@ -201,7 +201,7 @@ distrain_launch() {
     distrain_step "${srun_args[@]}" -- "$@"
     rc=$STEP_RC
     if [ "$rc" = 0 ] || [ "$rc" = 75 ] || [ -n "$STOPPED_BY" ] || [ "$TRAIN_SCRIPT" = bench ]; then break; fi
-    verdict=$("${TASK_COMMAND[@]}" restart-check --code "$rc" --since "$since" "$TRAIN_SCRIPT" "$@" 2>&1) && answer=0 || answer=$?
+    verdict=$("${TASK_COMMAND[@]}" restart-check --code "$rc" --since "$since" --killed-first "${STEP_KILLED_FIRST:--1}" "$TRAIN_SCRIPT" "$@" 2>&1) && answer=0 || answer=$?
     [ -n "$verdict" ] && echo "distrain job: $verdict"
     [ "$answer" = 0 ] && restarts=$((restarts + 1)) && continue
     [ "$answer" = 10 ] && distrain_requeue "the step could not start" && rc=75
@@ -242,17 +242,23 @@ distrain_resume_command() {
   export DISTRAIN_RESUME_COMMAND
 }
 
-# One srun step in the background, waited for through trapped signals; sets STEP_RC.
+# One srun step in the background, waited for through trapped signals; sets STEP_RC, and STEP_KILLED_FIRST to
+# the task srun reported ended by a signal first ("srun: error: n10: task 1: Killed"): the root cause when Slurm's
+# KillWait also kills the others before they can record that they lost a peer. srun's errors still reach the log.
 distrain_step() {
-  local args=()
+  local args=() errors
   while [ "$1" != -- ]; do args+=("$1"); shift; done
   shift
-  srun "${args[@]}" "${TASK_COMMAND[@]}" "$TRAIN_SCRIPT" "$@" &
+  errors=$(mktemp "${TMPDIR:-/tmp}/distrain-srun.XXXXXX")
+  srun "${args[@]}" "${TASK_COMMAND[@]}" "$TRAIN_SCRIPT" "$@" 2> >(trap '' TERM USR1 INT; tee -a "$errors" >&2) &
   STEP_PID=$!
   while :; do
     wait "$STEP_PID" && STEP_RC=0 || STEP_RC=$?
     kill -0 "$STEP_PID" 2>/dev/null || break   # wait also returns when a trapped signal arrives
   done
+  STEP_KILLED_FIRST=$(grep -E '^srun: error: [^:]+: tasks? [0-9]+' "$errors" | grep -v 'Exited with exit code' \
+    | sed -E 's/^srun: error: [^:]+: tasks? ([0-9]+).*/\1/' | head -n 1 || true)
+  rm -f "$errors"
 }
 
 # Requeue this job if it may be (--requeue): it resumes from the run's last checkpoint.

@@ -53,6 +53,11 @@ def test_a_slurm_steps_end_is_read_from_what_its_workers_recorded(tmp_path):
     assert fault(ended, stalled=False) == "worker 1 (n10) was killed by SIGKILL (out of memory?)"
     assert fault(step_ended(endings.read(str(tmp_path)), 2, 4), False) == \
         "worker 1 (n10) ended without a word (killed, or its node was lost)"
+    record(tmp_path, 0, None, "n9")  # Slurm's KillWait ended the survivor before it could say it lost a peer
+    assert fault(step_ended(endings.read(str(tmp_path)), 2, 137, killed_first=1), False) == \
+        "worker 1 (n10) was killed by SIGKILL (out of memory?)"  # the task srun reported killed first
+    assert step_ended(endings.read(str(tmp_path)), 2, 137).rank == 0  # without srun's word: the lowest rank
+    record(tmp_path, 0, 4, "n9")
     record(tmp_path, 1, 1, "n10")  # the script's own error on one rank, a lost peer on the other: not a fault
     assert step_ended(endings.read(str(tmp_path)), 2, 4) == Ended(1, 1, 1, ("n9", "n10"))
     assert fault(step_ended(endings.read(str(tmp_path)), 2, 4), False) is None
