@@ -23,4 +23,4 @@ uv_install --no-deps --prerelease allow "tf-keras~=$line.0" 2>/dev/null \
 uv_install -e ".[test]" || exit 1
 TF_USE_LEGACY_KERAS=1 scripts/build-horovod.sh "$VENV/bin/python" || say "Horovod did not build against TensorFlow $tf"
 say "$("$VENV/bin/python" -c 'import tensorflow as t, keras as k; print(f"TensorFlow {t.__version__}, Keras {k.__version__}")' 2>/dev/null)"
-"$VENV/bin/python" -m pytest -n "${DISTRAIN_TEST_WORKERS:-2}" -m core -p no:cacheprovider "$@"
+"$VENV/bin/python" -m pytest -n "${DISTRAIN_TEST_WORKERS:-3}" -m core -p no:cacheprovider "$@"

@@ -27,10 +27,11 @@ VENV=${DISTRAIN_VENV:-.venv}
 "$VENV/bin/ruff" check entrypoint tests examples benchmarks image || exit 1
 "$VENV/bin/shellcheck" .ci/run scripts/*.sh image/*.sh jobs/*.job jobs/lib.sh bin/distrain tests/cluster/*.sh tests/gpu/*.sh || exit 1
 stage_done "lint"
-# 2 pytest-xdist workers, one per core: much of the suite waits on timers, rendezvous and Slurm, and a second
-# worker fills that time; tests/conftest.py keeps the Slurm and container tests together on one of them.
-# DISTRAIN_TEST_WORKERS=0 runs it all in one process.
-WORKERS=${DISTRAIN_TEST_WORKERS:-2}
+# 3 pytest-xdist workers on CI's 2 cores: the Slurm and container tests (tests/conftest.py keeps them together on
+# one worker) wait on Slurm's timers and the image builds much of their time, and with 2 workers a fifth of the
+# CPUs idled (user+sys 69.5 of 86.6 core-minutes, benchmarks/ci-timings.md); the core stage, with no such waits,
+# takes as long with 3 as with 2. DISTRAIN_TEST_WORKERS=0 runs it all in one process.
+WORKERS=${DISTRAIN_TEST_WORKERS:-3}
 "$VENV/bin/python" -m pytest -n "$WORKERS" "$@"
 rc=$?
 stage_done "TensorFlow 2.17 (${*:-all tests})"

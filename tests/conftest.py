@@ -1,10 +1,10 @@
 """Each test folder is a marker: unit, integration, horovod, slurm, container, bench, compat, conformance,
 gpu (a real NVIDIA driver: skipped elsewhere).
 
-scripts/test.sh runs the suite in 2 pytest-xdist workers, one per core: much of it waits (stall timers, Slurm,
-rendezvous), and the other worker fills that time. The tests that share the local Slurm, dockerd and the images
-built in the session (CLUSTER_TESTS) run one after another on one worker: Slurm hands out the same fake GPUs to all
-workers' jobs, and each worker would start, build and stop them for itself."""
+scripts/test.sh runs the suite in 3 pytest-xdist workers on CI's 2 cores: much of it waits (stall timers, Slurm,
+rendezvous, image builds), and the other workers fill that time. The tests that share the local Slurm, dockerd and
+the images built in the session (CLUSTER_TESTS) run one after another on one worker: Slurm hands out the same fake
+GPUs to all workers' jobs, and each worker would start, build and stop them for itself."""
 
 import os
 import subprocess
