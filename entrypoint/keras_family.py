@@ -44,15 +44,19 @@ class KerasFamily:
     # runner.py's compile: under MWM the steps' synchronised logs are summed again over the workers unless the
     # model's reduction is "first" (compat/tf_keras_mwm.py)
     sums_step_logs_over_workers: bool
+    # runner.py's compile: under a strategy, a script's own train_step sums its replicas' gradients of a loss tf_keras
+    # did not scale (compat/tf_keras_mwm.py's one_process_custom_steps)
+    sums_own_steps_gradients: bool
 
 
 KERAS3 = KerasFamily("keras3", "keras", aliased_as_keras=False, needs_strategy_fit_fixes=True,
                      horovod_keras_api=False, subclasses_backup_and_restore=False, starts_by_skipping_steps=True,
                      keeps_the_first_epochs_length=False, end_weights="end.weights.h5",
-                     sums_step_logs_over_workers=False)
+                     sums_step_logs_over_workers=False, sums_own_steps_gradients=False)
 TF_KERAS = KerasFamily("legacy", "tf_keras", aliased_as_keras=True, needs_strategy_fit_fixes=False,
                        horovod_keras_api=True, subclasses_backup_and_restore=True, starts_by_skipping_steps=False,
-                       keeps_the_first_epochs_length=True, end_weights="end", sums_step_logs_over_workers=True)
+                       keeps_the_first_epochs_length=True, end_weights="end", sums_step_logs_over_workers=True,
+                       sums_own_steps_gradients=True)
 FAMILIES = {family.name: family for family in (KERAS3, TF_KERAS)}
 
 
@@ -106,26 +110,38 @@ def _major_minor(version: str | None) -> tuple[int, int]:
 
 # A script asks for tf_keras by importing it, or by setting TF_USE_LEGACY_KERAS itself before importing TensorFlow
 # (os.environ["TF_USE_LEGACY_KERAS"] = "1", os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")).
-_ASKS_FOR_TF_KERAS = re.compile(
-    r"^\s*(import tf_keras|from tf_keras[\s.])|TF_USE_LEGACY_KERAS['\"]\s*(\]\s*=|,)\s*['\"](1|true|True)['\"]",
-    re.MULTILINE)
-# Horovod's Keras API (horovod.tensorflow.keras, horovod.keras) drives tf_keras only: with Keras 3 its callbacks
-# fail and its DistributedOptimizer silently averages nothing (horovod#4290)
-_USES_HOROVOD_KERAS = re.compile(
-    r"^\s*(import horovod\.(tensorflow\.)?keras|from horovod\.(tensorflow\.)?keras[\s.]"
-    r"|from horovod(\.tensorflow)? import keras)", re.MULTILINE)
-# Horovod's TensorFlow API with tf.keras models, as Horovod's TF2 examples and docs write it
-# (hvd.DistributedGradientTape, hvd.broadcast_variables(model.variables), opt.variables()): Keras 2 idioms, and
-# Keras 3 variables have no .ref() for Horovod. A script that imports Keras 3 itself (`import keras`) keeps it.
-_USES_HOROVOD_TF_WITH_TF_KERAS = re.compile(r"^\s*(import horovod\.tensorflow(\s|$)|from horovod\.tensorflow import|"
-                                            r"from horovod import tensorflow)", re.MULTILINE)
-_IMPORTS_KERAS_3 = re.compile(r"^\s*(import keras(\s|$|,)|from keras[\s.])", re.MULTILINE)
+_SETS_TF_USE_LEGACY_KERAS = re.compile(r"TF_USE_LEGACY_KERAS['\"]\s*(\]\s*=|,)\s*['\"](1|true|True)['\"]")
+
+
+def imported_modules(source: str) -> frozenset[str]:
+    """Every module the script imports anywhere (`import a, b.c`, `from a import b` gives a and a.b), read from its
+    syntax, so `import numpy as np, tf_keras as keras` and imports inside functions count; none if it does not
+    parse (it then fails as under plain python)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return frozenset()
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return frozenset(names)
+
+
+def _imports(modules: frozenset[str], package: str) -> bool:
+    return any(name == package or name.startswith(package + ".") for name in modules)
 
 
 def uses_horovod_tensorflow(source: str) -> bool:
-    """The script imports Horovod's TensorFlow API itself (then, with Keras 3, compat/keras3_horovod adapts it,
-    whatever the mode: a Horovod script also runs as one process)."""
-    return bool(_USES_HOROVOD_TF_WITH_TF_KERAS.search(source))
+    """The script imports Horovod's TensorFlow API itself (`import horovod.tensorflow`, `from horovod.tensorflow
+    import ...`, `from horovod import tensorflow`): then, with Keras 3, compat/keras3_horovod adapts it, whatever
+    the mode (a Horovod script also runs as one process)."""
+    return "horovod.tensorflow" in imported_modules(source)
 
 
 def choose(env: Mapping[str, str], source: str, versions: Mapping[str, str]) -> tuple[str, str]:
@@ -137,11 +153,17 @@ def choose(env: Mapping[str, str], source: str, versions: Mapping[str, str]) -> 
         return requested, f"DISTRAIN_KERAS={requested}"
     if flag(env, "TF_USE_LEGACY_KERAS"):
         return "legacy", "TF_USE_LEGACY_KERAS=1 is set: tf.keras is tf_keras"
-    if _ASKS_FOR_TF_KERAS.search(source):
+    modules = imported_modules(source)
+    if _imports(modules, "tf_keras") or _SETS_TF_USE_LEGACY_KERAS.search(source):
         return "legacy", "the script imports tf_keras or sets TF_USE_LEGACY_KERAS"
-    if _USES_HOROVOD_KERAS.search(source):
+    # Horovod's Keras API (horovod.tensorflow.keras, horovod.keras) drives tf_keras only: with Keras 3 its callbacks
+    # fail and its DistributedOptimizer silently averages nothing (horovod#4290)
+    if _imports(modules, "horovod.keras") or _imports(modules, "horovod.tensorflow.keras"):
         return "legacy", "the script uses Horovod's Keras API, which drives tf_keras only (horovod#4290)"
-    if uses_horovod_tensorflow(source) and not _IMPORTS_KERAS_3.search(source):
+    # Horovod's TensorFlow API with tf.keras models, as Horovod's TF2 examples and docs write it
+    # (hvd.DistributedGradientTape, hvd.broadcast_variables(model.variables), opt.variables()): Keras 2 idioms, and
+    # Keras 3 variables have no .ref() for Horovod. A script that imports Keras 3 itself (`import keras`) keeps it.
+    if "horovod.tensorflow" in modules and not _imports(modules, "keras"):
         return "legacy", ("the script uses Horovod's TensorFlow API with tf.keras, written for Keras 2 "
                           "(opt.variables(), variables with .ref())")
     tf = versions.get("tensorflow")

@@ -115,9 +115,10 @@ def install_hooks(engine: Engine, keras: Any, tf: Any, evened: batches.EvenedInp
 
 
 def _hook_compile(engine: Engine, keras: Any, model_cls: type) -> None:
-    """compile: the optimizer adapted (_adapt_optimizer); tf_keras' logs under MWM as one process's
-    (compat/tf_keras_mwm.py). Patched where Keras defines it (Keras 3: its base Trainer): a loaded model's
-    compile_from_config compiles only where `compile` is that class's own, and left load_model's model uncompiled."""
+    """compile: the optimizer adapted (_adapt_optimizer); tf_keras' logs under MWM, and a script's own steps'
+    gradients and logs under a strategy, as one process's (compat/tf_keras_mwm.py). Patched where Keras defines it
+    (Keras 3: its base Trainer): a loaded model's compile_from_config compiles only where `compile` is that class's
+    own, and left load_model's model uncompiled."""
     plan, orig_compile = engine.plan, model_cls.compile
     compile_sig = inspect.signature(orig_compile)
 
@@ -127,6 +128,8 @@ def _hook_compile(engine: Engine, keras: Any, model_cls: type) -> None:
         _adapt_optimizer(engine, keras, bound.arguments)
         _one_step_per_execution_where_the_loop_fails(engine, bound.arguments)
         compiled = orig_compile(*bound.args, **bound.kwargs)
+        if plan.family.sums_own_steps_gradients and plan.mode in ("mwm", "mirrored"):
+            tf_keras_mwm.one_process_custom_steps(self)
         if plan.family.sums_step_logs_over_workers and plan.mode == "mwm" and engine.size > 1:
             tf_keras_mwm.first_replicas_logs(self)
         return compiled

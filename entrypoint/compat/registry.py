@@ -173,6 +173,32 @@ PATCHES: tuple[Patch, ...] = (
        "workers (train_on_batch's loss x N)",
        ("tf_keras.src.engine.training:reduce_per_replica(values,strategy,reduction)",
         "tf_keras.src.engine.training:Model.distribute_reduction_method"), "tf_keras", _LEGACY, frozenset({"mwm"})),
+    _p("tf_keras_mwm.custom_step_logs", "a script's own train_step/test_step: what it returns averaged over the "
+       "replicas (summed where it scales its loss itself), read once: the model's reduction 'first'", "wraps",
+       "process", "a script's own step under a strategy returned each replica's values, which tf_keras summed "
+       "(every batch's logged loss x N)",
+       ("tf_keras.src.engine.training:reduce_per_replica(values,strategy,reduction)",
+        "tf_keras.src.engine.training:Model.distribute_reduction_method",
+        "tf_keras.src.engine.training:Model.train_step(self,data)",
+        "tf_keras.src.engine.training:Model.test_step(self,data)"), "tf_keras", _LEGACY, STRATEGY_MODES),
+    _p("tf_keras_mwm.custom_step_gradients", "within a script's own step: tf_keras' loss scaling undone, the "
+       "gradients averaged (not summed) over the replicas", "wraps", "process",
+       "a script's own train_step computing its loss itself (Keras' guide) trained with N x the gradient under a "
+       "strategy, and one given compute_loss's value logged it scaled by 1/N",
+       ("tf_keras.src.utils.losses_utils:scale_loss_for_distribution(loss_value)",
+        "tf_keras.src.optimizers.utils:all_reduce_sum_gradients(grads_and_vars)"), "tf_keras", _LEGACY,
+       STRATEGY_MODES),
+    _p("tf_keras_mwm.custom_step_losses", "a Loss object in a script's own step reduces to the batch's mean as in "
+       "one process (Reduction.SUM: the step sums the replicas)", "replaces", "process",
+       "tf_keras refused a Loss object's default reduction in a script's own step under a strategy (Keras' guide "
+       "'Customizing what happens in fit()': ValueError 'Please use tf.keras.losses.Reduction.SUM')",
+       ("tf_keras.src.losses:Loss._get_reduction(self)", "tf_keras.src.utils.losses_utils:ReductionV2.SUM"),
+       "tf_keras", _LEGACY, STRATEGY_MODES),
+    _p("tf_keras_mwm.script_scales_its_loss", "tf.nn.compute_average_loss and scale_regularization_loss note a "
+       "step that scales its loss for distribution itself (its gradients stay summed)", "wraps", "process",
+       "a step written for a strategy (TensorFlow's custom training guide) must keep tf_keras' sum",
+       ("tensorflow:nn.compute_average_loss(per_example_loss)",
+        "tensorflow:nn.scale_regularization_loss(regularization_loss)"), "tensorflow", _LEGACY, STRATEGY_MODES),
     _p("resume.tf_keras_counters", "tf_keras' fit starts at the resumed epoch and step", "replaces", "fit",
        "exact resume mid-epoch",
        ("tf_keras.src.engine.training:Model._maybe_load_initial_counters_from_ckpt(self,steps_per_epoch)",),

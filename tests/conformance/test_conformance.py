@@ -25,7 +25,6 @@ SHUFFLED = "distrain's own numpy pipeline draws another order than Keras' (findi
 KNOWN: dict[tuple[str, str, str], tuple[str, str | None, str]] = {
     ("mwm", "legacy", "tutorial_weights_checkpoints"): ("2", None, "tf_keras' HDF5 load_weights under MWM fails "
                                                                    "(TypeError: an h5py dataset over the replicas)"),
-    ("mwm", "legacy", "custom_train_step"): ("2", None, "a custom train_step's logged loss is not the global batch's"),
     ("mwm", "keras3", "own_one_device_strategy"): ("3", "3.15", "the loaded model's fit in the scope: in some runs "
                                                                "the workers create its metrics' variables in other "
                                                                "orders (a collective fails)"),

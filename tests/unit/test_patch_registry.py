@@ -25,8 +25,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "entrypoint"
 MARKER = re.compile(r"#.*?\bpatch: ([\w.]+)")
 # distrain's own objects (its state, its logger, the tf.data options it makes, its thread-local flags, the package)
 # and the public os._exit
-OWN_ROOTS = {"self", "cls", "progress", "run", "_THIS_PROCESS", "_STOP", "flag", "_LOGGER", "options", "inside",
-             "_saving", "distrain"}
+OWN_ROOTS = {"self", "cls", "progress", "run", "_THIS_PROCESS", "_STOP", "_IN_STEP", "flag", "_LOGGER", "options",
+             "inside", "_saving", "distrain"}
 # model.stop_training: how Keras documents that a callback ends fit (the agreed stop sets it as one would)
 ALLOWED = {"os._exit", "sys.argv", "model.stop_training"}
 

@@ -228,14 +228,18 @@ def test_legacy_for_a_script_written_with_horovods_keras_api(tmp_path):
 def test_legacy_when_the_user_or_the_script_asks_for_tf_keras(tmp_path):
     assert detect({"TF_USE_LEGACY_KERAS": "1"}, gpus=[], packages=KERAS3_TF217).keras == "legacy"
     for source in ("import tf_keras as keras\n", "from tf_keras import layers\n",
+                   "import numpy as np, tensorflow as tf, tf_keras as keras\n",  # several modules, one line
+                   "def main():\n    from tf_keras.layers import Dense\n",  # inside a function
                    "import os\nos.environ['TF_USE_LEGACY_KERAS'] = '1'\n",
                    'os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")\n'):
         script = tmp_path / "train.py"
         script.write_text(source)
         plan = detect({}, gpus=[], script=str(script), packages=KERAS3_TF217)
         assert plan.keras == "legacy" and dict(plan.env_set)["TF_USE_LEGACY_KERAS"] == "1", source
-    script.write_text("import keras  # tf_keras is mentioned only in a comment\n")
-    assert detect({}, gpus=[], script=str(script), packages=KERAS3_TF217).keras == "keras3"
+    for source in ("import keras  # tf_keras is mentioned only in a comment\n", "import keras_cv_tf_keras\n",
+                   "text = 'import tf_keras'\n"):
+        script.write_text(source)
+        assert detect({}, gpus=[], script=str(script), packages=KERAS3_TF217).keras == "keras3", source
 
 
 def test_old_tensorflow_or_no_keras3_is_legacy_and_forcing_wins():

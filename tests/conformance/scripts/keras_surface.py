@@ -223,6 +223,50 @@ def custom_train_step(out: str) -> dict:
     return fitted(model, model.fit(dataset(), epochs=2, verbose=0))
 
 
+class OwnLossTrainStep(keras.Model):
+    """The guide's "Going lower-level": its own loss object and loss tracker, compiled with an optimizer only."""
+
+    def __init__(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN204
+        super().__init__(*args, **kwargs)
+        self.loss_tracker = keras.metrics.Mean(name="loss")
+        self.loss_function = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def train_step(self, batch):  # noqa: ANN001, ANN201
+        inputs, targets = batch
+        with tf.GradientTape() as tape:
+            loss = self.loss_function(targets, self(inputs, training=True))
+        gradients = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
+        self.loss_tracker.update_state(loss)
+        return {"loss": self.loss_tracker.result()}
+
+    @property
+    def metrics(self):  # noqa: ANN201
+        return [self.loss_tracker]
+
+
+@scenario
+def own_loss_train_step(out: str) -> dict:
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((FEATURES,))
+    model = OwnLossTrainStep(inputs, keras.layers.Dense(2)(keras.layers.Dense(8, activation="relu")(inputs)))
+    model.compile("adam")
+    history = model.fit(dataset(), epochs=2, verbose=0, callbacks=[batch_losses := BatchLosses()])
+    return {"loss": numbers(history.history["loss"]), "batch_losses": numbers(batch_losses.seen),
+            "weights": weights(model)}
+
+
+class BatchLosses(keras.callbacks.Callback):
+    """The loss every batch's logs show (the progress bar's)."""
+
+    def __init__(self):  # noqa: ANN204
+        super().__init__()
+        self.seen = []
+
+    def on_train_batch_end(self, batch, logs=None):  # noqa: ANN001, ANN201
+        self.seen.append(float(logs["loss"]))
+
+
 class StopAtStep(keras.callbacks.Callback):
     """A callback that ends training mid-epoch (the same step in every process)."""
 
