@@ -103,6 +103,10 @@ def setup(plan: Plan | None = None, checked: bool = False,
         fixes = keras3_mwm.apply(tf)
         if fixes and plan.is_chief:
             log.get().info(f"Keras {sys.modules['keras'].__version__} fixes for distributed fit: {'; '.join(fixes)}")
+    if plan.family.sums_own_steps_gradients and plan.mode in ("mwm", "mirrored") and plan.replicas > 1:
+        from .compat import tf_keras_mwm
+
+        tf_keras_mwm.apply()
     devices.configure(plan, tf)
     engine = dataclasses.replace(build(plan, tf, before_distributing), tf=tf, keras=tf.keras)
     if engine.strategy is not None:

@@ -194,6 +194,11 @@ PATCHES: tuple[Patch, ...] = (
        "'Customizing what happens in fit()': ValueError 'Please use tf.keras.losses.Reduction.SUM')",
        ("tf_keras.src.losses:Loss._get_reduction(self)", "tf_keras.src.utils.losses_utils:ReductionV2.SUM"),
        "tf_keras", _LEGACY, STRATEGY_MODES),
+    _p("tf_keras_mwm.weights_as_arrays", "a layer's weights read from a .weights.h5 file as arrays, then assigned",
+       "wraps", "process", "tf_keras' load_weights of a .weights.h5 file under a strategy: a sync-on-read "
+       "variable's assign divided the h5py dataset by the replicas (TypeError: unsupported operand type(s) for /)",
+       ("tf_keras.src.engine.base_layer:Layer.load_own_variables(self,store)",), "tf_keras", _LEGACY,
+       STRATEGY_MODES),
     _p("tf_keras_mwm.script_scales_its_loss", "tf.nn.compute_average_loss and scale_regularization_loss note a "
        "step that scales its loss for distribution itself (its gradients stay summed)", "wraps", "process",
        "a step written for a strategy (TensorFlow's custom training guide) must keep tf_keras' sum",

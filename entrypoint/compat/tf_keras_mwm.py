@@ -57,6 +57,30 @@ _IN_STEP = threading.local()  # at trace time, on the replica's thread: inside a
 STEPS = ("train_step", "test_step")
 
 
+def apply() -> None:
+    """The fixes a tf_keras run under a strategy with several replicas needs from its start: a script's own steps
+    as one process's (they act on the models `one_process_custom_steps` is given), weights files read as arrays."""
+    _undo_scaling_in_steps()
+    _weights_read_as_arrays()
+
+
+@functools.cache
+def _weights_read_as_arrays() -> None:
+    """tf_keras' `load_weights` of a `.weights.h5` file (TensorFlow's tutorial "Distributed training with Keras")
+    assigns each h5py dataset as it is; a sync-on-read variable's assign divides it by the replicas (TypeError:
+    unsupported operand type(s) for /: 'Dataset' and 'int'). Each layer's entries are read as arrays first."""
+    import numpy as np
+
+    layer_cls = importlib.import_module("tf_keras.src.engine.base_layer").Layer
+    load = layer_cls.load_own_variables
+
+    def load_own_variables(self: Any, store: Any) -> Any:
+        return load(self, {key: np.asarray(store[key]) for key in store})  # an h5py group: a dict of arrays
+
+    # patch: tf_keras_mwm.weights_as_arrays
+    layer_cls.load_own_variables = load_own_variables
+
+
 def custom_steps(model: Any) -> list[str]:
     """The steps of `model`'s class that are the script's own, not tf_keras'."""
     base = importlib.import_module(TRAINING_MODULE).Model

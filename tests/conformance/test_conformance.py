@@ -23,8 +23,6 @@ LAUNCH = {
 # (the Keras versions it differs on: from, up to but not including, why)
 SHUFFLED = "distrain's own numpy pipeline draws another order than Keras' (finding 8)"
 KNOWN: dict[tuple[str, str, str], tuple[str, str | None, str]] = {
-    ("mwm", "legacy", "tutorial_weights_checkpoints"): ("2", None, "tf_keras' HDF5 load_weights under MWM fails "
-                                                                   "(TypeError: an h5py dataset over the replicas)"),
     ("mwm", "keras3", "own_one_device_strategy"): ("3", "3.15", "the loaded model's fit in the scope: in some runs "
                                                                "the workers create its metrics' variables in other "
                                                                "orders (a collective fails)"),
