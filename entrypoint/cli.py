@@ -215,9 +215,6 @@ def packages(requirements: str = typer.Argument(..., help="A pip requirements fi
     typer.echo(f"distrain: packages ready: {own.ensure(str(plan.packages_root), str(plan.requirements), typer.echo)}")
 
 
-EXIT_RESTART, EXIT_END, EXIT_REQUEUE = 0, 1, 10  # restart-check's answers to jobs/lib.sh
-
-
 @app.command("restart-check", hidden=True, context_settings=PASS_THROUGH)
 @reports_errors
 def restart_check(
@@ -229,24 +226,12 @@ def restart_check(
 ) -> None:
     """jobs/lib.sh, after a step failed: restart it (exit 0), end the job (1), or requeue it (10: no worker
     started, a node down?). Prints the one line that says why (restarts.py)."""
-    from . import restarts
-    from .plan import batch_shell
+    from .restarts import step_verdict
 
-    shell = batch_shell(os.environ)
-    run = restarts.RunOfLaunch.detect(script, list(ctx.args), session=shell.session)
-    records = run.step_records(since)
-    ended = restarts.step_ended(records, shell.tasks or max(records, default=0) + 1, code,
-                                 killed_first if killed_first >= 0 else None)
-    if not ended.started:
-        typer.echo(f"no worker of the step started (srun exit {code}: a node down?)")
-        raise typer.Exit(EXIT_REQUEUE)
-    why = run.restart_reason(ended)
-    if why is not None:
-        typer.echo(why)
-        raise typer.Exit(EXIT_RESTART)
-    if run.count or run.reasons:
-        typer.echo(run.summary(ended.code))
-    raise typer.Exit(EXIT_END)
+    answer, line = step_verdict(script, list(ctx.args), code, since, killed_first if killed_first >= 0 else None)
+    if line:
+        typer.echo(line)
+    raise typer.Exit(answer)
 
 
 RESULTS_OPTION = typer.Option(None, "--result", help="Result JSON files for --plot (repeat the option).")

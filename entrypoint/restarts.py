@@ -73,6 +73,27 @@ def step_ended(records: dict[int, dict], size: int, code: int, killed_first: int
     return Ended(code, stopped[0] if stopped else None, code, hosts, stopped=bool(stopped))
 
 
+EXIT_RESTART, EXIT_END, EXIT_REQUEUE = 0, 1, 10  # `distrain restart-check`'s answers to jobs/lib.sh
+
+
+def step_verdict(script: str, args: list[str], code: int, since: float,
+                 killed_first: int | None) -> tuple[int, str | None]:
+    """jobs/lib.sh's question after a Slurm step failed (`distrain restart-check`, in the batch shell): restart it,
+    end the job or requeue it, and the one line that says why."""
+    from .plan import batch_shell
+
+    shell = batch_shell(os.environ)
+    run = RunOfLaunch.detect(script, args, session=shell.session)
+    records = run.step_records(since)
+    ended = step_ended(records, shell.tasks or max(records, default=0) + 1, code, killed_first)
+    if not ended.started:
+        return EXIT_REQUEUE, f"no worker of the step started (srun exit {code}: a node down?)"
+    why = run.restart_reason(ended)
+    if why is not None:
+        return EXIT_RESTART, why
+    return EXIT_END, run.summary(ended.code) if run.count or run.reasons else None
+
+
 def fault(ended: Ended, stalled: bool) -> str | None:
     """What went wrong, in words, if the way the workers ended is a fault a restart can survive; else None."""
     worker = f"worker {ended.rank} ({ended.workers[ended.rank]})" if ended.workers else f"worker {ended.rank}"
