@@ -24,6 +24,7 @@ from typing import Any
 from . import runs, startup_stop
 from .compat import adopt, tf_keras_mwm
 from .engines import Engine
+from .errors import EnvironmentProblem
 from .fit import (
     batches,
     callback_state,
@@ -127,6 +128,7 @@ def _hook_compile(engine: Engine, keras: Any, model_cls: type) -> None:
         bound = compile_sig.bind(self, *args, **kwargs)
         _adapt_optimizer(engine, keras, bound.arguments)
         _one_step_per_execution_where_the_loop_fails(engine, bound.arguments)
+        _xla_where_it_works(engine, bound.arguments)
         compiled = orig_compile(*bound.args, **bound.kwargs)
         if plan.family.sums_own_steps_gradients and plan.mode in ("mwm", "mirrored"):
             tf_keras_mwm.one_process_custom_steps(self)
@@ -153,6 +155,28 @@ def _one_step_per_execution_where_the_loop_fails(engine: Engine, arguments: dict
         arguments["steps_per_execution"] = 1
         _say(engine, f"steps_per_execution={steps} runs one step at a time: this Keras' multi-step loop fails under "
                      "MWM (keras3_mwm, fix 10); the numbers are the same")
+
+
+def _xla_where_it_works(engine: Engine, arguments: dict) -> None:
+    """compile's jit_compile with several ranks where XLA cannot compile the step around their all-reduce: under
+    Horovod (its ops have no XLA kernels: InvalidArgumentError) and under MWM on CPUs (TensorFlow's XLA has no CPU
+    collectives, b/194942685: UnimplementedError), True is refused with one line; Keras 3's "auto", which turns
+    XLA on wherever there is a GPU and no tf.distribute strategy (Horovod's case), is False under Horovod, said
+    once. MWM with XLA on GPUs is left to run (`distrain selftest` checks it on the hardware)."""
+    plan, jit = engine.plan, arguments.get("jit_compile", "auto")
+    gpus = bool(engine.tf.config.list_physical_devices("GPU"))
+    compiles_collectives = not (plan.mode == "horovod" or (plan.mode == "mwm" and not gpus))
+    if engine.size < 2 or jit is False or jit is None or compiles_collectives:
+        return
+    if jit is True:
+        why = "Horovod's all-reduce has no XLA kernels" if plan.mode == "horovod" else \
+            "TensorFlow's XLA has no collectives on CPUs (b/194942685)"
+        raise EnvironmentProblem(f"compile(jit_compile=True) under {plan.mode} with {engine.size} ranks cannot work: "
+                                 f"{why}; drop jit_compile (the numbers are the same without XLA)")
+    if gpus and plan.family.name == "keras3":
+        arguments["jit_compile"] = False
+        _say(engine, "jit_compile='auto' is off: Keras would compile the step with XLA around Horovod's all-reduce, "
+                     "which has no XLA kernels")
 
 
 def _hook_saves(engine: Engine, model_cls: type) -> None:

@@ -94,6 +94,19 @@ def test_script_exception_passes_through_once(tmp_path):
     assert run([DISTRAIN, "run", str(exit_script)]).returncode == 7
 
 
+def test_jit_compile_with_several_ranks_on_cpus_is_refused_at_compile_with_one_line(tmp_path):
+    """XLA cannot compile the step around MWM's all-reduce on CPUs (TensorFlow has no XLA CPU collectives): each rank
+    says so in one line at compile(), exit 3, instead of TensorFlow's UnimplementedError in fit."""
+    script = tmp_path / "xla.py"
+    script.write_text("import keras\nmodel = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])\n"
+                      "model.compile('sgd', 'mse', jit_compile=True)\nprint('COMPILED')\n")
+    out = run([DISTRAIN, "launch", "-n", "2", str(script)])
+    errors = [line for line in out.stdout.splitlines() if "distrain: error:" in line]
+    assert out.returncode == 3 and errors and "Traceback" not in out.stdout and "COMPILED" not in out.stdout, out.stdout
+    assert all("compile(jit_compile=True) under mwm with 2 ranks cannot work: TensorFlow's XLA has no collectives "
+               "on CPUs" in line for line in errors), errors
+
+
 def test_failing_rank_under_launch_reports_its_traceback_and_code(tmp_path):
     script = tmp_path / "rank_bug.py"
     script.write_text("import entrypoint as dt\nimport sys\nif dt.rank() == 1:\n    raise ValueError('rank one')\n"
