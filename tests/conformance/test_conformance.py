@@ -21,13 +21,26 @@ LAUNCH = {
 }
 # Known to differ from plain python, not fixed yet (tests/README.md's table; #69): (mode, family, scenario) ->
 # (the Keras versions it differs on: from, up to but not including, why)
+FAMILIES = ("keras3", "legacy")
+ADAPTED = "distrain's epochs draw the seeded reshuffle's first orders; the script's adapt() had drawn one already"
 SHUFFLED = "distrain's own numpy pipeline draws another order than Keras' (finding 8)"
 KNOWN: dict[tuple[str, str, str], tuple[str, str | None, str]] = {
     ("mwm", "keras3", "own_one_device_strategy"): ("3", "3.15", "the loaded model's fit in the scope: in some runs "
                                                                "the workers create its metrics' variables in other "
                                                                "orders (a collective fails)"),
-    **{(mode, family, "numpy_shuffled"): ("2", None, SHUFFLED) for mode in LAUNCH for family in ("keras3", "legacy")},
+    **{(mode, family, "numpy_shuffled"): ("2", None, SHUFFLED) for mode in LAUNCH for family in FAMILIES},
+    **{(mode, "keras3", "text_directory"): ("3", None, ADAPTED) for mode in LAUNCH},
 }
+
+
+# Not run in that launch: they fail there in a way that takes the launch's other scenarios with them (a hang, broken
+# collectives); the table says what happens. (mode, family, scenario) -> why
+ONE_WRITER = "every rank writes the one checkpoint path (MergeV2Checkpoints: a part 'did not exist'), then a hang"
+EXPORTS = "the exported model's serve function fails under the strategy ('a graph generated from the cross-replica " \
+          "context in an in-replica context'); under Horovod every rank exports into one directory"
+BROKEN: dict[tuple[str, str, str], str] = {
+    **{(mode, family, "tf_train_checkpoint"): ONE_WRITER for mode in ("mwm", "horovod") for family in FAMILIES},
+    **{(mode, family, "export_saved_model"): EXPORTS for mode in ("mwm", "horovod") for family in FAMILIES}}
 
 
 # Refused with one line where upstream cannot work (the table's notes): (mode, family, scenario) -> (the Keras
@@ -79,8 +92,9 @@ def reference(kept, family: str, names: tuple[str, ...] = ()) -> dict:  # noqa: 
 def assert_conforms(mode: str, family: str, kept, tmp_path, names: tuple[str, ...] = ()) -> None:  # noqa: ANN001
     want = reference(kept, family, names)
     assert set(names) <= set(want), f"no such scenario: {set(names) - set(want)}"
+    want = {name: found for name, found in want.items() if (mode, family, name) not in BROKEN}
     launcher, ranks = LAUNCH[mode]
-    out = run([*launcher, str(SCRIPT), str(tmp_path / "out"), "--keras", family, *names], env=keras_env(family),
+    out = run([*launcher, str(SCRIPT), str(tmp_path / "out"), "--keras", family, *want], env=keras_env(family),
               timeout=600)
     verdicts = judge(out.stdout, want, ranks, exact=mode == "single")
     for name in [name for name in verdicts if known(mode, family, name, REFUSED)]:  # its one line, every rank

@@ -361,19 +361,28 @@ if hasattr(keras.utils, "PyDataset"):
         return fitted(model, model.fit(Batches(workers=2), epochs=2, verbose=0))
 
 
+def written_once(folder: str, write) -> str:  # noqa: ANN001
+    """A data folder the chief writes (atomically) and every rank waits for, as a job's data already on disk."""
+    if RANK == 0 and not os.path.isdir(folder):
+        write(folder + ".tmp")
+        os.replace(folder + ".tmp", folder)
+    deadline = time.monotonic() + 60
+    while not os.path.isdir(folder) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return folder
+
+
+def write_images(folder: str) -> None:
+    pixels = np.random.default_rng(3).integers(0, 255, size=(48, 8, 8, 3))
+    for index, image in enumerate(pixels):
+        os.makedirs(os.path.join(folder, str(index % 2)), exist_ok=True)
+        keras.utils.save_img(os.path.join(folder, str(index % 2), f"{index}.png"), image)
+
+
 @scenario
 def image_directory(out: str) -> dict:
     """image_dataset_from_directory over a seeded shuffle, as Keras' image classification guide reads its data."""
-    images = os.path.join(OUT, "images")
-    if RANK == 0 and not os.path.isdir(images):
-        pixels = np.random.default_rng(3).integers(0, 255, size=(48, 8, 8, 3))
-        for index, image in enumerate(pixels):
-            os.makedirs(os.path.join(images + ".tmp", str(index % 2)), exist_ok=True)
-            keras.utils.save_img(os.path.join(images + ".tmp", str(index % 2), f"{index}.png"), image)
-        os.replace(images + ".tmp", images)
-    deadline = time.monotonic() + 60
-    while not os.path.isdir(images) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    images = written_once(os.path.join(OUT, "images"), write_images)
     data = keras.utils.image_dataset_from_directory(images, image_size=(8, 8), batch_size=8, shuffle=True, seed=3)
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Rescaling(1 / 255), keras.layers.Flatten(),
@@ -402,6 +411,62 @@ def own_one_device_strategy(out: str) -> dict:
         again = keras.models.load_model(os.path.join(out, "saved.keras"))
         history = again.fit(dataset(), epochs=1, verbose=0)
     return fitted(again, history, files=files(out))
+
+
+def write_texts(folder: str) -> None:
+    words = np.random.default_rng(5)
+    for index in range(48):
+        os.makedirs(os.path.join(folder, str(index % 2)), exist_ok=True)
+        with open(os.path.join(folder, str(index % 2), f"{index}.txt"), "w") as handle:
+            handle.write(" ".join(f"w{n}" for n in words.integers(0, 30 if index % 2 else 20, size=8)))
+
+
+@scenario
+def text_directory(out: str) -> dict:
+    """text_dataset_from_directory and a TextVectorization adapted on it, as Keras' text classification guide."""
+    texts = written_once(os.path.join(OUT, "texts"), write_texts)
+    data = keras.utils.text_dataset_from_directory(texts, batch_size=8, shuffle=True, seed=5)
+    vectorize = keras.layers.TextVectorization(max_tokens=40, output_sequence_length=8)
+    vectorize.adapt(data.map(lambda text, label: text))
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((8,), dtype="int64"), keras.layers.Embedding(40, 4),
+                              keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(2)])
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(data.map(lambda text, label: (vectorize(text), label)), epochs=2, verbose=0)
+    return {"loss": numbers(history.history["loss"]), "weights": weights(model)}
+
+
+@scenario
+def mixed_precision(out: str) -> dict:
+    """The mixed_float16 policy (Keras' mixed precision guide): float16 compute, float32 variables, loss scaling."""
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model = classifier()
+        return fitted(model, model.fit(dataset(), epochs=2, verbose=0))
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+@scenario
+def tf_train_checkpoint(out: str) -> dict:
+    """tf.train.Checkpoint and CheckpointManager after every epoch, the latest restored (TensorFlow's guides)."""
+    model = classifier()
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+    manager = tf.train.CheckpointManager(checkpoint, os.path.join(out, "checkpoints"), max_to_keep=2)
+    saves = keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: manager.save())
+    history = model.fit(dataset(), epochs=3, verbose=0, callbacks=[saves])
+    checkpoint.restore(manager.latest_checkpoint)
+    return fitted(model, history, files=files(out))
+
+
+@scenario
+def export_saved_model(out: str) -> dict:
+    """model.export (a SavedModel for serving), read back with tf.saved_model.load and served."""
+    model = classifier()
+    history = model.fit(dataset(), epochs=1, verbose=0)
+    model.export(os.path.join(out, "exported"))
+    served = tf.saved_model.load(os.path.join(out, "exported"))
+    return fitted(model, history, served=numbers(np.sum(served.serve(x[:64]))), files=files(out))
 
 
 @scenario
