@@ -47,16 +47,20 @@ class KerasFamily:
     # runner.py's compile: under a strategy, a script's own train_step sums its replicas' gradients of a loss tf_keras
     # did not scale (compat/tf_keras_mwm.py's one_process_custom_steps)
     sums_own_steps_gradients: bool
+    # runner.py's compile: jit_compile="auto" (the default) turns XLA on wherever there is a GPU and no tf.distribute
+    # strategy: Horovod's case (Keras 3; tf_keras has no "auto")
+    auto_jit_compiles_without_a_strategy: bool
 
 
 KERAS3 = KerasFamily("keras3", "keras", aliased_as_keras=False, needs_strategy_fit_fixes=True,
                      horovod_keras_api=False, subclasses_backup_and_restore=False, starts_by_skipping_steps=True,
                      keeps_the_first_epochs_length=False, end_weights="end.weights.h5",
-                     sums_step_logs_over_workers=False, sums_own_steps_gradients=False)
+                     sums_step_logs_over_workers=False, sums_own_steps_gradients=False,
+                     auto_jit_compiles_without_a_strategy=True)
 TF_KERAS = KerasFamily("legacy", "tf_keras", aliased_as_keras=True, needs_strategy_fit_fixes=False,
                        horovod_keras_api=True, subclasses_backup_and_restore=True, starts_by_skipping_steps=False,
                        keeps_the_first_epochs_length=True, end_weights="end", sums_step_logs_over_workers=True,
-                       sums_own_steps_gradients=True)
+                       sums_own_steps_gradients=True, auto_jit_compiles_without_a_strategy=False)
 FAMILIES = {family.name: family for family in (KERAS3, TF_KERAS)}
 
 

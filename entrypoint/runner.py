@@ -173,7 +173,7 @@ def _xla_where_it_works(engine: Engine, arguments: dict) -> None:
             "TensorFlow's XLA has no collectives on CPUs (b/194942685)"
         raise EnvironmentProblem(f"compile(jit_compile=True) under {plan.mode} with {engine.size} ranks cannot work: "
                                  f"{why}; drop jit_compile (the numbers are the same without XLA)")
-    if gpus and plan.family.name == "keras3":
+    if gpus and plan.family.auto_jit_compiles_without_a_strategy:
         arguments["jit_compile"] = False
         _say(engine, "jit_compile='auto' is off: Keras would compile the step with XLA around Horovod's all-reduce, "
                      "which has no XLA kernels")
