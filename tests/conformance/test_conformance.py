@@ -52,7 +52,9 @@ REFUSED: dict[tuple[str, str, str], tuple[str, str | None, str]] = {
 
 
 # differ in some runs only (a race): not held to "fails once fixed"
-RACES = {("mwm", "keras3", "own_one_device_strategy")}
+RACES = {("mwm", "keras3", "own_one_device_strategy"),
+         # as plain python or not depending on what the process ran before it (alone, `distrain run` differs)
+         *((mode, "keras3", "text_directory") for mode in LAUNCH)}
 # The `core` run (the newest TensorFlow line, scripts/test.sh): the scenarios whose defects were found on Keras 3.15
 # (the table's "Keras 3.15" notes, #69 finding 9), the files every rank reads, the agreed stop and the script's own
 # strategy; the others prove on 2.17 what Keras 3.15 does not handle otherwise in distrain's code.
