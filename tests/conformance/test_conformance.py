@@ -30,6 +30,8 @@ KNOWN: dict[tuple[str, str, str], tuple[str, str | None, str]] = {
                                                                "orders (a collective fails)"),
     **{(mode, family, "numpy_shuffled"): ("2", None, SHUFFLED) for mode in LAUNCH for family in FAMILIES},
     **{(mode, "keras3", "text_directory"): ("3", None, ADAPTED) for mode in LAUNCH},
+    ("horovod", "keras3", "own_loss_train_step"): ("3", None, "every batch's logs are each rank's own (the logs are "
+                                                             "averaged at epoch ends only); History and weights right"),
 }
 
 
