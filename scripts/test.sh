@@ -29,8 +29,8 @@ VENV=${DISTRAIN_VENV:-.venv}
 stage_done "lint"
 # 3 pytest-xdist workers on CI's 2 cores: the Slurm and container tests (tests/conftest.py keeps them together on
 # one worker) wait on Slurm's timers and the image builds much of their time, and with 2 workers a fifth of the
-# CPUs idled (user+sys 69.5 of 86.6 core-minutes, benchmarks/ci-timings.md); the core stage, with no such waits,
-# takes as long with 3 as with 2. DISTRAIN_TEST_WORKERS=0 runs it all in one process.
+# CPUs idled (user+sys 69.5 of 86.6 core-minutes); measured since, the 2.17 stage takes about as long with 3
+# (41:25 with a few more tests than 41:05's, benchmarks/ci-timings.md). DISTRAIN_TEST_WORKERS=0: one process.
 WORKERS=${DISTRAIN_TEST_WORKERS:-3}
 "$VENV/bin/python" -m pytest -n "$WORKERS" "$@"
 rc=$?
