@@ -34,9 +34,7 @@ def first_replicas_logs(model: Any) -> None:
     if not sums_synchronised_logs():
         return
     # patch: tf_keras_mwm.first_replica_logs
-    base = importlib.import_module(TRAINING_MODULE).Model
-    own_steps = all(getattr(type(model), step) is getattr(base, step) for step in ("train_step", "test_step"))
-    if own_steps and model.distribute_reduction_method == "auto":
+    if not custom_steps(model) and model.distribute_reduction_method == "auto":
         model.distribute_reduction_method = "first"
 
 
