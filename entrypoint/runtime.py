@@ -98,9 +98,9 @@ def setup(plan: Plan | None = None, checked: bool = False,
 
     registry.verify(plan.keras, plan.mode)  # every patch this run makes finds what it knows, or one line here
     if plan.family.needs_strategy_fit_fixes and plan.mode in ("mwm", "mirrored") and plan.replicas > 1:
-        from .compat import keras3_mwm
+        from .compat import keras3_mwm, keras3_saving
 
-        fixes = keras3_mwm.apply(tf)
+        fixes = keras3_mwm.apply(tf) + keras3_saving.apply(tf)
         if fixes and plan.is_chief:
             log.get().info(f"Keras {sys.modules['keras'].__version__} fixes for distributed fit: {'; '.join(fixes)}")
     if plan.family.sums_own_steps_gradients and plan.mode in ("mwm", "mirrored") and plan.replicas > 1:
@@ -110,7 +110,10 @@ def setup(plan: Plan | None = None, checked: bool = False,
     devices.configure(plan, tf)
     engine = dataclasses.replace(build(plan, tf, before_distributing), tf=tf, keras=tf.keras)
     if engine.strategy is not None:
+        from .compat import default_strategy
+
         tf.distribute.experimental_set_strategy(engine.strategy)
+        default_strategy.keep_after_resets(tf, engine.strategy)
     _THIS_PROCESS.engine = engine
     _THIS_PROCESS.phases["strategy"] = time.time()  # MWM: the workers have all joined (the rendezvous is in build)
     for warning in plan.warnings:

@@ -171,8 +171,25 @@ def has_horovod_callback(callbacks: list, name: str) -> bool:
 
 
 @contextlib.contextmanager
+def plain_variables(tf: Any) -> Iterator[None]:
+    """Within: new variables are plain ResourceVariables of this process, the strategy's creator (and under MWM
+    its initial-value broadcast, a collective every worker must join) skipped."""
+    from tensorflow.python.ops import resource_variable_ops
+
+    # patch: adopt.local_reads
+    accepted = set(inspect.signature(resource_variable_ops.ResourceVariable.__init__).parameters) - {"self"}
+
+    def plain(next_creator: Any, **kwargs: Any) -> Any:  # noqa: ARG001 - the strategy's creator is skipped
+        return resource_variable_ops.ResourceVariable(**{k: v for k, v in kwargs.items() if k in accepted})
+
+    with tf.variable_creator_scope(plain):
+        yield
+
+
+@contextlib.contextmanager
 def local_reads(tf: Any) -> Iterator[None]:
-    """Within: ON_READ (SyncOnRead) variables read their local value in cross-replica context, no collective."""
+    """Within: ON_READ (SyncOnRead) variables read their local value in cross-replica context, no collective;
+    new variables are plain (`plain_variables`)."""
     from tensorflow.python.distribute import values
 
     # patch: adopt.local_reads
@@ -181,19 +198,12 @@ def local_reads(tf: Any) -> Iterator[None]:
         yield
         return
 
-    from tensorflow.python.ops import resource_variable_ops
-
-    accepted = set(inspect.signature(resource_variable_ops.ResourceVariable.__init__).parameters) - {"self"}
-
     def local(self: Any) -> Any:
         return tf.identity(self._get_on_device_or_primary())
 
-    def plain(next_creator: Any, **kwargs: Any) -> Any:  # noqa: ARG001 - the strategy's creator is skipped
-        return resource_variable_ops.ResourceVariable(**{k: v for k, v in kwargs.items() if k in accepted})
-
     values.SyncOnReadVariable._get_cross_replica = local
     try:
-        with tf.variable_creator_scope(plain):
+        with plain_variables(tf):
             yield
     finally:
         values.SyncOnReadVariable._get_cross_replica = original

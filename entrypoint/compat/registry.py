@@ -66,6 +66,7 @@ def _p(name: str, what: str, kind: str, lifetime: str, why: str, targets: tuple[
 
 
 _TRAINER = "keras.src.backend.tensorflow.trainer"
+_SAVING = "keras.src.saving.saving_lib"
 _TF_OPT = "keras.src.backend.tensorflow.optimizer:TFOptimizer"
 _BASE_OPT = "keras.src.optimizers.base_optimizer:BaseOptimizer"
 _K3 = (KERAS3.name,)
@@ -114,6 +115,11 @@ PATCHES: tuple[Patch, ...] = (
     _p("keras3_mwm.int64_seeds", "SeedGenerator's state created as int64", "wraps", "process",
        "keras-team/keras#19928 (uint32 cannot be broadcast)",
        ("keras.src.random.seed_generator:SeedGenerator.__init__(self,seed,name)",), "keras", _K3, STRATEGY_MODES),
+    _p("keras3_saving.plain_reference_objects", "saving's throwaway reference objects get plain variables",
+       "wraps", "process", "#69: a worker's first load_model broadcast two variables the chief never made: the "
+       "workers' collectives mismatched (Keras 3.3 builds them once a process)",
+       (f"{_SAVING}:get_attr_skiplist(obj_type)|{_SAVING}:get_attr_skipset(obj_type)",), "keras", _K3,
+       STRATEGY_MODES),
     _p("epoch_iterators.keras3", "how many iterators fit makes of a dataset each epoch (its source)",
        "reads", "process", "#69: Keras 3.15 draws two orders of a seeded reshuffle an epoch, distrain's one drew one",
        ("keras.src.trainers.epoch_iterator:EpochIterator._enumerate_iterator(self)?",), "keras", _K3),
@@ -228,6 +234,11 @@ PATCHES: tuple[Patch, ...] = (
     _p("adopt.communication_options", "the script's CommunicationOptions set on distrain's strategy", "replaces",
        "instance", "the script's NCCL or RING choice honoured",
        ("tensorflow.python.distribute.collective_all_reduce_strategy:CollectiveAllReduceExtended",), "tensorflow",
+       modes=STRATEGY_MODES),
+    _p("default_strategy.reset_default_graph", "distrain's strategy is the default again after the graph's reset",
+       "wraps", "process", "#69: clear_session() (k-fold loops) dropped the default strategy: each rank then "
+       "trained alone", ("tensorflow.compat.v1:reset_default_graph()",
+                         "tensorflow.compat.v2.compat.v1:reset_default_graph()"), "tensorflow",
        modes=STRATEGY_MODES),
     _p("adopt.local_reads", "ON_READ variables read locally in cross-replica context", "replaces", "call",
        "one writer: the chief saves without a collective the other workers do not join",

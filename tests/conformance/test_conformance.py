@@ -60,9 +60,9 @@ RACES = {("mwm", "keras3", "own_one_device_strategy"),
 # The `core` run (the newest TensorFlow line, scripts/test.sh): the scenarios whose defects were found on Keras 3.15
 # (the table's "Keras 3.15" notes, #69 finding 9), the files every rank reads, the agreed stop and the script's own
 # strategy; the others prove on 2.17 what Keras 3.15 does not handle otherwise in distrain's code.
-CORE_SCENARIOS = ("global_clipnorm", "builtin_callbacks", "save_then_load", "custom_train_step",
-                  "stop_training_on_one_rank", "steps_per_execution", "python_generator", "image_directory",
-                  "own_one_device_strategy", "jit_compile")
+CORE_SCENARIOS = ("global_clipnorm", "builtin_callbacks", "save_then_load", "kfold_best_checkpoints",
+                  "custom_train_step", "stop_training_on_one_rank", "steps_per_execution", "python_generator",
+                  "image_directory", "own_one_device_strategy", "jit_compile")
 
 
 def _version(text: str) -> tuple[int, ...]:

@@ -28,6 +28,7 @@ SAMPLES, FEATURES, BATCH = 256, 16, 32
 OUT = os.path.abspath(sys.argv[1])
 RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK")
            or json.loads(os.environ.get("TF_CONFIG") or "{}").get("task", {}).get("index", 0))
+WORKERS = len(json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {}).get("worker", [0]))
 data = np.random.default_rng(7)
 x = data.normal(size=(SAMPLES, FEATURES)).astype("float32")
 y = (x[:, :4].sum(axis=1) > 0).astype("int64")
@@ -148,6 +149,26 @@ def save_then_load(out: str) -> dict:
     again.load_weights(os.path.join(out, "phase2.weights.h5"))
     return fitted(model, history, reloaded=numbers(again.evaluate(x, y, batch_size=BATCH, verbose=0)),
                   files=files(out))
+
+
+@scenario
+def kfold_best_checkpoints(out: str) -> dict:
+    """k-fold as users write it: each fold in a fresh session (clear_session), its best epoch kept by
+    ModelCheckpoint(save_best_only=True) and loaded back for the fold's score. `distributed`: each fold's model
+    is the strategy's (MWM: one replica a worker) as the first fold's was."""
+    scores, distributed = [], []
+    for fold in range(2):
+        keras.backend.clear_session()
+        held_out = np.arange(SAMPLES) % 2 == fold
+        model = classifier()
+        distributed.append(model.distribute_strategy.num_replicas_in_sync == WORKERS)
+        path = os.path.join(out, f"fold{fold}.keras")
+        model.fit(x[~held_out], y[~held_out], batch_size=BATCH, epochs=2, shuffle=False, verbose=0,
+                  validation_data=(x[held_out], y[held_out]),
+                  callbacks=[keras.callbacks.ModelCheckpoint(path, save_best_only=True)])
+        best = keras.models.load_model(path)
+        scores.append(best.evaluate(x[held_out], y[held_out], batch_size=BATCH, verbose=0))
+    return {"scores": numbers(scores), "weights": weights(model), "distributed": str(distributed), "files": files(out)}
 
 
 @scenario

@@ -1,0 +1,42 @@
+"""distrain's strategy stays the default after `clear_session()`.
+
+distrain makes its strategy the default for the whole script (`tf.distribute.experimental_set_strategy`), which
+TensorFlow keeps on the default graph. `keras.backend.clear_session()` (both Keras families; k-fold and
+hyper-parameter loops call it before each model) resets the default graph with `tf.compat.v1.reset_default_graph()`,
+and with it the strategy: every model built afterwards is this process's alone, and each rank trains the whole
+dataset by itself, in sync with no one, printing one process's numbers as if distributed. A script's own
+MWM strategy scope (`with strategy.scope():` inside the loop, the guides' pattern) never noticed; distrain's
+default scope did. The reset is wrapped: after it, distrain's strategy is the default again.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import weakref
+from typing import Any
+
+# the two module objects TensorFlow exports reset_default_graph from (Keras 3 calls one, tf_keras the other)
+COMPAT_V1_MODULES = ("tensorflow.compat.v1", "tensorflow.compat.v2.compat.v1")
+_OURS: weakref.WeakSet = weakref.WeakSet()  # the wrappers made here: none is wrapped twice
+
+
+def keep_after_resets(tf: Any, strategy: Any) -> None:
+    """Wrap `tf.compat.v1.reset_default_graph` so that `strategy` is the default again after it."""
+    # patch: default_strategy.reset_default_graph
+    for name in COMPAT_V1_MODULES:
+        module = importlib.import_module(name)
+        original = module.reset_default_graph
+        if original not in _OURS:
+            module.reset_default_graph = _resetting_keeps(original, tf, strategy)
+
+
+def _resetting_keeps(original: Any, tf: Any, strategy: Any) -> Any:
+    @functools.wraps(original)
+    def reset_default_graph() -> None:
+        original()
+        if not tf.distribute.has_strategy():
+            tf.distribute.experimental_set_strategy(strategy)
+
+    _OURS.add(reset_default_graph)
+    return reset_default_graph
