@@ -168,7 +168,8 @@ def kfold_best_checkpoints(out: str) -> dict:
                   callbacks=[keras.callbacks.ModelCheckpoint(path, save_best_only=True)])
         best = keras.models.load_model(path)
         scores.append(best.evaluate(x[held_out], y[held_out], batch_size=BATCH, verbose=0))
-    return {"scores": numbers(scores), "weights": weights(model), "distributed": str(distributed), "files": files(out)}
+    return {"scores": numbers(scores), "weights": weights(model), "distributed": numbers(distributed),
+            "files": files(out)}
 
 
 @scenario
