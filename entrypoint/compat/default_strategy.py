@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import functools
 import importlib
-import weakref
 from typing import Any
 
 # the two module objects TensorFlow exports reset_default_graph from (Keras 3 calls one, tf_keras the other)
 COMPAT_V1_MODULES = ("tensorflow.compat.v1", "tensorflow.compat.v2.compat.v1")
-_OURS: weakref.WeakSet = weakref.WeakSet()  # the wrappers made here: none is wrapped twice
 
 
 def keep_after_resets(tf: Any, strategy: Any) -> None:
@@ -26,9 +24,7 @@ def keep_after_resets(tf: Any, strategy: Any) -> None:
     # patch: default_strategy.reset_default_graph
     for name in COMPAT_V1_MODULES:
         module = importlib.import_module(name)
-        original = module.reset_default_graph
-        if original not in _OURS:
-            module.reset_default_graph = _resetting_keeps(original, tf, strategy)
+        module.reset_default_graph = _resetting_keeps(module.reset_default_graph, tf, strategy)
 
 
 def _resetting_keeps(original: Any, tf: Any, strategy: Any) -> Any:
@@ -38,5 +34,4 @@ def _resetting_keeps(original: Any, tf: Any, strategy: Any) -> Any:
         if not tf.distribute.has_strategy():
             tf.distribute.experimental_set_strategy(strategy)
 
-    _OURS.add(reset_default_graph)
     return reset_default_graph

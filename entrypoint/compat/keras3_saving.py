@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import functools
 import importlib
-import weakref
 from typing import Any
 
 from . import adopt
 
 SAVING_LIB = "keras.src.saving.saving_lib"
 REFERENCE_BUILDERS = ("get_attr_skiplist", "get_attr_skipset")  # its name in Keras 3.3, in Keras 3.15
-_OURS: weakref.WeakSet = weakref.WeakSet()  # the wrappers made here: none is wrapped twice
 
 
 def apply(tf: Any) -> list[str]:
@@ -32,7 +30,7 @@ def apply(tf: Any) -> list[str]:
     applied = []
     for name in REFERENCE_BUILDERS:
         builder = getattr(saving_lib, name, None)
-        if builder is not None and builder not in _OURS:
+        if builder is not None:
             setattr(saving_lib, name, _with_plain_variables(builder, tf))
             applied.append(f"saving's reference objects with plain variables ({name})")
     return applied
@@ -44,5 +42,4 @@ def _with_plain_variables(builder: Any, tf: Any) -> Any:
         with adopt.plain_variables(tf):
             return builder(obj_type)
 
-    _OURS.add(plain_reference_objects)
     return plain_reference_objects
