@@ -50,17 +50,21 @@ class KerasFamily:
     # runner.py's compile: jit_compile="auto" (the default) turns XLA on wherever there is a GPU and no tf.distribute
     # strategy: Horovod's case (Keras 3; tf_keras has no "auto")
     auto_jit_compiles_without_a_strategy: bool
+    # compat/numpy_orders.py: fit's numpy pipeline draws its epochs' orders in one iterator (tf_keras: epoch k of a
+    # fit trains the (k+1)th draw), or a new iterator every epoch (Keras 3: a seeded script's every epoch the first)
+    draws_numpy_orders_in_one_iterator: bool
 
 
 KERAS3 = KerasFamily("keras3", "keras", aliased_as_keras=False, needs_strategy_fit_fixes=True,
                      horovod_keras_api=False, subclasses_backup_and_restore=False, starts_by_skipping_steps=True,
                      keeps_the_first_epochs_length=False, end_weights="end.weights.h5",
                      sums_step_logs_over_workers=False, sums_own_steps_gradients=False,
-                     auto_jit_compiles_without_a_strategy=True)
+                     auto_jit_compiles_without_a_strategy=True, draws_numpy_orders_in_one_iterator=False)
 TF_KERAS = KerasFamily("legacy", "tf_keras", aliased_as_keras=True, needs_strategy_fit_fixes=False,
                        horovod_keras_api=True, subclasses_backup_and_restore=True, starts_by_skipping_steps=False,
                        keeps_the_first_epochs_length=True, end_weights="end", sums_step_logs_over_workers=True,
-                       sums_own_steps_gradients=True, auto_jit_compiles_without_a_strategy=False)
+                       sums_own_steps_gradients=True, auto_jit_compiles_without_a_strategy=False,
+                       draws_numpy_orders_in_one_iterator=True)
 FAMILIES = {family.name: family for family in (KERAS3, TF_KERAS)}
 
 

@@ -1,8 +1,8 @@
 """numpy input (arrays, tensors, lists and dicts of them, pandas) as the tf.data pipelines of global batches that
 `fit` trains on in every mode: each global batch's bounds (a last batch that would leave a replica empty topped
-up from the one before), each rank's contiguous share of it, and the epoch's order, drawn with one seed shared by
-the ranks so that their shares partition it. `positioned_array_dataset` is the same pipeline started at a given
-epoch and step, for exact resume (resume.py)."""
+up from the one before), each rank's contiguous share of it, and the epoch's order, the same on every rank so
+that their shares partition it (Keras' own where the script seeded TensorFlow: compat/numpy_orders.py).
+`positioned_array_dataset` is the same pipeline started at a given epoch and step, for exact resume (resume.py)."""
 
 from __future__ import annotations
 
@@ -123,12 +123,14 @@ def steps_per_epoch(arrays: tuple, batch_size: int) -> int:
 
 
 def positioned_array_dataset(arrays: tuple, batch_size: int, shuffle: bool, *, first_epoch: int, epochs: int,
-                             skip: int, rank: int = 0, size: int = 1, replicas: int = 1) -> Any:
+                             skip: int, rank: int = 0, size: int = 1, replicas: int = 1, orders: Any = None) -> Any:
     """Every remaining epoch's batches of `arrays` in one dataset, from epoch `first_epoch` on, its first `skip`
-    batches left out: exact resume (resume.py). Epoch e's order is a permutation drawn from (seed, e) alone, so
-    a resumed process trains the batches the uninterrupted one would have, wherever it stopped. Global batches
-    (this rank's slice of each with size > 1) split cleanly between `replicas`; fit runs it with
-    steps_per_epoch = the batches of one epoch and one iterator for all epochs."""
+    batches left out: exact resume (resume.py). Shuffled, epoch e's order is the e-th of `orders` (a dataset of
+    permutations from `first_epoch` on: the ones Keras' own fit draws of a seeded script, compat/numpy_orders.py),
+    or else a permutation drawn from (seed, e) alone; either way a resumed process trains the batches the
+    uninterrupted one would have, wherever it stopped. Global batches (this rank's slice of each with size > 1)
+    split cleanly between `replicas`; fit runs it with steps_per_epoch = the batches of one epoch and one
+    iterator for all epochs."""
     import tensorflow as tf
 
     samples = first_length(arrays)
@@ -142,11 +144,14 @@ def positioned_array_dataset(arrays: tuple, batch_size: int, shuffle: bool, *, f
     tail_starts, tail_ends = _span_constants(tail)
     element = _element(arrays)
 
-    def epoch_indices(epoch: Any) -> Any:
+    def own_order(epoch: Any) -> Any:
         order = tf.range(samples, dtype=tf.int64)
         if shuffle:
             seed = tf.stack([tf.constant(SHUFFLE_SEED, tf.int64), epoch])
             order = tf.random.experimental.stateless_shuffle(order, seed=seed)
+        return order
+
+    def epoch_indices(order: Any) -> Any:
         rows = tf.reshape(order[:full * batch_size], [full, batch_size])[:, first:last]
         indices = tf.data.Dataset.from_tensor_slices(rows)
         if tail:
@@ -156,7 +161,9 @@ def positioned_array_dataset(arrays: tuple, batch_size: int, shuffle: bool, *, f
 
     # the length stays unknown: Keras 3.15 counts the steps resume.py passes over against a known one. The batches
     # passed over are index vectors, never gathered; the gather runs on the flattened stream, as Keras' does.
-    indices = tf.data.Dataset.range(first_epoch, epochs).flat_map(epoch_indices)
+    if orders is None or not shuffle:
+        orders = tf.data.Dataset.range(first_epoch, epochs).map(own_order)
+    indices = orders.flat_map(epoch_indices)
     if skip:
         indices = indices.skip(skip)
     batches = indices.map(lambda batch: tf.nest.map_structure(lambda t: tf.gather(t, batch), element),

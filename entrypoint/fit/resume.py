@@ -5,8 +5,9 @@ tf_keras' skips the steps already done but restarts the data, so it trains the e
 never the last ones; and a reshuffling input replays epoch 1's order in a new process. Two things are needed:
 
 - **The data position.** numpy input (the common `fit(x, y, batch_size, shuffle=True)`) is taken into one
-  pipeline over all remaining epochs (array_input.positioned_array_dataset) whose epoch e order is drawn from
-  (seed, e) alone; a resume at epoch E, step S starts it at E and leaves out S batches. A tf.data dataset of
+  pipeline over all remaining epochs (array_input.positioned_array_dataset) whose epoch e order is the one
+  Keras' own fit draws of a seeded script (compat/numpy_orders.py), or else one drawn from (seed, e) alone; a
+  resume at epoch E, step S starts it at E and leaves out S batches. A tf.data dataset of
   known length is repeated for the remaining epochs, each drawing the orders Keras' fit draws of it (one an
   epoch, or two on Keras 3.15), the orders of the epochs done drawn first, S batches skipped. The same pipeline
   runs whether or not the run was ever stopped, so both train the same batches.
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import runs
-from ..compat import epoch_iterators
+from ..compat import epoch_iterators, numpy_orders
 from ..keras_family import KerasFamily
 from . import arrays as array_input
 from . import batches, skip_beneath, starting, unknown_length
@@ -96,10 +97,13 @@ def position_input(arguments: dict, *, family: KerasFamily, checkpoint_dir: str,
         dataset, rank_share = _positioned_dataset(x, position, epochs, rank, size, replicas, note, made, first_epoch)
     else:
         batch_size = int(arguments.get("batch_size") or 32)
-        shuffle = arguments.get("shuffle", True) is not False
-        dataset = array_input.positioned_array_dataset(arrays, batch_size, shuffle, first_epoch=position.epoch,
-                                                   epochs=epochs, skip=position.step, rank=rank, size=size,
-                                                   replicas=replicas)
+        shuffle = arguments.get("shuffle", True)
+        orders = None if shuffle in (False, "batch") else numpy_orders.keras_orders(
+            family, array_input.first_length(arrays), first_epoch=position.epoch, epochs=epochs,
+            fit_first_epoch=int(arguments.get("initial_epoch") or 0))
+        dataset = array_input.positioned_array_dataset(arrays, batch_size, shuffle is not False,
+                                                       first_epoch=position.epoch, epochs=epochs, skip=position.step,
+                                                       rank=rank, size=size, replicas=replicas, orders=orders)
         rank_share = size > 1
     script_dataset = arguments["x"] if array_input.is_dataset(arguments["x"]) else None
     evened.add(dataset)

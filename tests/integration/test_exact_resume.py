@@ -269,16 +269,19 @@ def test_a_run_resumes_on_another_number_of_workers(tmp_path, kept_runs, before,
 
 
 @pytest.mark.core
-@pytest.mark.parametrize("family", KERAS_FAMILIES)
-def test_distrain_trains_the_orders_plain_keras_trains(tmp_path, family):
+@pytest.mark.parametrize(("data", "family"), [("tfdata", "keras3"), ("tfdata", "legacy"), ("numpy", "legacy")])
+def test_distrain_trains_the_orders_plain_keras_trains(tmp_path, data, family):
     """What positions the data changes nothing of the script's meaning: the batches and their order per epoch are
-    those of the same script run by plain Python (the tf.data reshuffle is seeded, so they are known). Each
-    iterator Keras makes draws an order, read or not: Keras 3.15 makes one more at each epoch's end (plain Keras
-    trains orders 1, 3, 5), tf_keras one before the first epoch (2, 3, 4); distrain's pipeline makes the same
-    unread ones (compat/epoch_iterators.py; without them: 1, 2, 3)."""
+    those of the same script run by plain Python (seeded, so they are known). Each iterator Keras makes of a
+    tf.data dataset draws an order, read or not: Keras 3.15 makes one more at each epoch's end (plain Keras trains
+    orders 1, 3, 5), tf_keras one before the first epoch (2, 3, 4); distrain's pipeline makes the same unread ones
+    (compat/epoch_iterators.py; without them: 1, 2, 3). numpy input with shuffle=True trains the permutations
+    Keras' own array adapter draws from the script's seed (compat/numpy_orders.py): tf_keras a new one every
+    epoch of a fit (Keras 3 the same one, proven by the conformance suite's numpy_shuffled); distrain's own order,
+    drawn from one seed of its own, differs in every epoch."""
     (tmp_path / "plain").mkdir()
-    plain = run(["python", SCRIPT, "--input", "tfdata", "--out", str(tmp_path / "plain")],
+    plain = run(["python", SCRIPT, "--input", data, "--out", str(tmp_path / "plain")],
                 env=clean_env(TF_USE_LEGACY_KERAS="1" if family == "legacy" else "0"))
     assert plain.returncode == 0, plain.stdout[-3000:]
-    assert train(LAUNCHERS["single"], tmp_path / "a", tmp_path / "state", family, "tfdata").returncode == 0
+    assert train(LAUNCHERS["single"], tmp_path / "a", tmp_path / "state", family, data).returncode == 0
     assert trained_ids(tmp_path / "a") == trained_ids(tmp_path / "plain")
