@@ -100,8 +100,10 @@ def install_hooks(engine: Engine, keras: Any, tf: Any, evened: batches.EvenedInp
         if backup is not None:
             resume.build_before_restore(self, args_, stage.checkpoint_dir)
         _progress_from_the_chief_only(engine, args_)
+        global_logs = sync.batch_logs_over_horovod(tf) if _splits_batches_between_ranks(engine, self, user) else None
         with starting.starting_at(plan.family, self, fit_callbacks.position), \
-                steps.observed(self, fit_callbacks.training), saves.callback_files_aside(engine, keras, user):
+                steps.observed(self, fit_callbacks.training, global_logs), \
+                saves.callback_files_aside(engine, keras, user):
             history = orig_fit(*bound.args, **bound.kwargs)
         if backup is not None:
             _record_stage(engine, stage, stage_number, self, history, fit_signature)

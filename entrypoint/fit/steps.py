@@ -114,10 +114,13 @@ def steps_per_call(model: Any) -> int:
 
 
 @contextlib.contextmanager
-def observed(model: Any, position: TrainingPosition) -> Iterator[None]:
+def observed(model: Any, position: TrainingPosition,
+             logs_of_the_global_batch: Callable[[Any], Any] | None = None) -> Iterator[None]:
     """For the length of one fit: the train function fit makes (both Keras families call `make_train_function`
-    and then use `model.train_function`) tells `position` after each call. Afterwards the model has its own
-    train function back, so `train_on_batch` and a later fit see no trace of this one."""
+    and then use `model.train_function`) tells `position` after each call, and returns its logs through
+    `logs_of_the_global_batch` where each rank's are its own share's (sync.batch_logs_over_horovod), before any
+    callback reads them. Afterwards the model has its own train function back, so `train_on_batch` and a later
+    fit see no trace of this one."""
     # patch: steps.train_function
     make_original = model.make_train_function  # the class's, a subclass's override, or the instance's own
     own = vars(model).get("make_train_function")
@@ -130,6 +133,8 @@ def observed(model: Any, position: TrainingPosition) -> Iterator[None]:
 
         def train_function(*call_args: Any, **call_kwargs: Any) -> Any:
             logs = function(*call_args, **call_kwargs)
+            if logs_of_the_global_batch is not None:
+                logs = logs_of_the_global_batch(logs)
             position.call_ended()
             return logs
 

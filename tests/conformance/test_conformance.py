@@ -23,15 +23,11 @@ LAUNCH = {
 # (the Keras versions it differs on: from, up to but not including, why)
 FAMILIES = ("keras3", "legacy")
 ADAPTED = "distrain's epochs draw the seeded reshuffle's first orders; the script's adapt() had drawn one already"
-SHUFFLED = "distrain's own numpy pipeline draws another order than Keras' (finding 8)"
 KNOWN: dict[tuple[str, str, str], tuple[str, str | None, str]] = {
     ("mwm", "keras3", "own_one_device_strategy"): ("3", "3.15", "the loaded model's fit in the scope: in some runs "
                                                                "the workers create its metrics' variables in other "
                                                                "orders (a collective fails)"),
-    **{(mode, family, "numpy_shuffled"): ("2", None, SHUFFLED) for mode in LAUNCH for family in FAMILIES},
     **{(mode, "keras3", "text_directory"): ("3", None, ADAPTED) for mode in LAUNCH},
-    ("horovod", "keras3", "own_loss_train_step"): ("3", None, "every batch's logs are each rank's own (the logs are "
-                                                             "averaged at epoch ends only); History and weights right"),
 }
 
 
