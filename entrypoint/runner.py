@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import runs, startup_stop
-from .compat import adopt, tf_keras_mwm
+from .compat import adopt, tf_checkpoint, tf_keras_mwm
 from .engines import Engine
 from .errors import EnvironmentProblem
 from .fit import (
@@ -182,7 +182,8 @@ def _xla_where_it_works(engine: Engine, arguments: dict) -> None:
 
 
 def _hook_saves(engine: Engine, model_cls: type) -> None:
-    """save and save_weights through saves.ScriptSaves: written once, seen by every rank when its call returns."""
+    """save and save_weights (and, with several ranks, tf.train.Checkpoint's writes: compat/tf_checkpoint.py)
+    through saves.ScriptSaves: written once, seen by every rank when its call returns."""
     script_saves = saves.ScriptSaves(engine)
     orig_save, orig_save_weights = model_cls.save, model_cls.save_weights
 
@@ -195,6 +196,14 @@ def _hook_saves(engine: Engine, model_cls: type) -> None:
     # patch: runner.model_hooks
     model_cls.save = functools.wraps(orig_save)(save)
     model_cls.save_weights = functools.wraps(orig_save_weights)(save_weights)
+    orig_export = getattr(model_cls, "export", None)
+    if orig_export is not None:
+        def export(self, filepath, *args, **kwargs):  # noqa: ANN001, ANN202
+            script_saves.save(self, filepath, orig_export, *args, **kwargs)
+
+        model_cls.export = functools.wraps(orig_export)(export)
+    if engine.size > 1:
+        tf_checkpoint.install(script_saves)
 
 
 def _restore_finished_stage(engine: Engine, keras: Any, stage: Any, stage_number: int, model: Any, arguments: dict,

@@ -114,6 +114,7 @@ def setup(plan: Plan | None = None, checked: bool = False,
 
         tf.distribute.experimental_set_strategy(engine.strategy)
         default_strategy.keep_after_resets(tf, engine.strategy)
+        default_strategy.load_saved_models_plain(tf, engine.strategy)
     _THIS_PROCESS.engine = engine
     _THIS_PROCESS.phases["strategy"] = time.time()  # MWM: the workers have all joined (the rendezvous is in build)
     for warning in plan.warnings:

@@ -7,6 +7,12 @@ and with it the strategy: every model built afterwards is this process's alone, 
 dataset by itself, in sync with no one, printing one process's numbers as if distributed. A script's own
 MWM strategy scope (`with strategy.scope():` inside the loop, the guides' pattern) never noticed; distrain's
 default scope did. The reset is wrapped: after it, distrain's strategy is the default again.
+
+`tf.saved_model.load` under a strategy's scope restores the SavedModel's variables as distributed ones, whose
+functions must be called through `strategy.run`: a script that exports a model and serves it back
+(`model.export`, `tf.saved_model.load(path).serve(x)`, as Keras' and TensorFlow's serving guides do) failed under
+MWM ("a graph generated from the cross-replica context in an in-replica context", #69), where plain `python` loads
+it plain. Outside the script's own `with strategy.scope():`, it loads with no strategy, as under plain `python`.
 """
 
 from __future__ import annotations
@@ -35,3 +41,29 @@ def _resetting_keeps(original: Any, tf: Any, strategy: Any) -> Any:
             tf.distribute.experimental_set_strategy(strategy)
 
     return reset_default_graph
+
+
+def load_saved_models_plain(tf: Any, strategy: Any) -> None:
+    """Wrap `tf.saved_model.load` so that, where distrain's default scope is the only strategy scope, it loads
+    with no strategy (the module doc); inside the script's own scope it loads as TensorFlow does there."""
+    from tensorflow.python.framework import ops
+
+    original = tf.saved_model.load
+
+    @functools.wraps(original)
+    def load(*args: Any, **kwargs: Any) -> Any:
+        # patch: default_strategy.saved_model_load
+        graph = ops.get_default_graph()
+        only_the_default = getattr(graph, "_global_distribute_strategy_scope", None) is not None and \
+            len(getattr(graph, "_distribution_strategy_stack", ())) == 1
+        if not only_the_default or tf.distribute.get_strategy() is not strategy:
+            return original(*args, **kwargs)
+        tf.distribute.experimental_set_strategy(None)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            tf.distribute.experimental_set_strategy(strategy)
+
+    # patch: default_strategy.saved_model_load
+    tf.saved_model.load = load
+

@@ -139,6 +139,13 @@ PATCHES: tuple[Patch, ...] = (
        ("tf_keras.src.engine.data_adapter:TensorLikeDataAdapter(x,y,sample_weights,sample_weight_modes,batch_size,"
         "epochs,steps,shuffle)", "tf_keras.src.engine.data_adapter:TensorLikeDataAdapter.get_dataset(self)"),
        "tf_keras", _LEGACY),
+    _p("tf_checkpoint.one_writer", "tf.train.Checkpoint's writes, CheckpointManager's state file and deletions "
+       "of old checkpoints go through the script's saves: the chief writes, the others wait for it", "wraps",
+       "process", "#69: every rank wrote one checkpoint path (MergeV2Checkpoints: a part 'did not exist'), then a "
+       "hang", ("tensorflow.python.checkpoint.checkpoint:Checkpoint._write(self,file_prefix,options)",
+                "tensorflow.python.checkpoint.checkpoint_management:update_checkpoint_state_internal(save_dir)",
+                "tensorflow.python.checkpoint.checkpoint_management:_delete_file_if_exists(filespec)"),
+       "tensorflow", modes=frozenset({"mwm", "horovod"})),
     _p("keras3_trainer.class", "Keras 3's TensorFlow trainer class, under either name", "reads", "process",
        "TensorFlowTrainer up to 3.15, Trainer in 3.16", (f"{_TRAINER}:TensorFlowTrainer|{_TRAINER}:Trainer",),
        "keras", _K3),
@@ -252,6 +259,12 @@ PATCHES: tuple[Patch, ...] = (
        "wraps", "process", "#69: clear_session() (k-fold loops) dropped the default strategy: each rank then "
        "trained alone", ("tensorflow.compat.v1:reset_default_graph()",
                          "tensorflow.compat.v2.compat.v1:reset_default_graph()"), "tensorflow",
+       modes=STRATEGY_MODES),
+    _p("default_strategy.saved_model_load", "tf.saved_model.load outside the script's own strategy scope loads "
+       "with no strategy, as under plain python", "wraps", "process", "#69: a model exported and served back failed "
+       "under MWM (its variables restored as distributed ones)",
+       ("tensorflow.saved_model:load(export_dir)", "tensorflow.python.framework.ops:Graph._distribution_strategy_stack",
+        "tensorflow.python.framework.ops:Graph._global_distribute_strategy_scope"), "tensorflow",
        modes=STRATEGY_MODES),
     _p("adopt.local_reads", "ON_READ variables read locally in cross-replica context", "replaces", "call",
        "one writer: the chief saves without a collective the other workers do not join",

@@ -159,7 +159,7 @@ class TfKerasBackup:
             return
         if self._batch_begun is not None:
             self._training_state._ckpt_saved_batch.assign(self._batch_begun)  # as tf_keras' own hook left it
-        with local_reads_for(self.plan):
+        with local_reads_for(self.plan), distrains_own():  # its CheckpointManager's save is not the script's
             self.written = _write_guarded(lambda: super(TfKerasBackup, self)._backup(epoch=epoch, batch=batch),
                                           self.chief_dir, self.hooks.wrote)
         if self.written:

@@ -77,28 +77,56 @@ def check_writable(directory: str, what: str) -> None:
 
 
 class ScriptSaves:
-    """The script's saves through Keras (`Model.save`, `Model.save_weights`, ModelCheckpoint's calls of them), in
-    the order this rank makes them (the module doc)."""
+    """The script's saves through Keras (`Model.save`, `Model.save_weights`, ModelCheckpoint's calls of them) and
+    TensorFlow (`tf.train.Checkpoint`, its CheckpointManager: compat/tf_checkpoint.py), in the order this rank
+    makes them (the module doc)."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.made = 0
+        self.chiefs_directories: set[str] = set()  # where this rank relies on the chief's files: not its to touch
 
     def save(self, model: Any, path: str | os.PathLike, save: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         if getattr(_saving, "active", False):  # within a save (Keras' own or distrain's): not the script's
             save(model, path, *args, **kwargs)
             return
         with distrains_own():  # what this save calls is not counted again
-            self._save(model, os.fspath(path), save, *args, **kwargs)
+            plan = self.engine.plan
+            self._written_once(os.fspath(path), lambda p: write_complete(plan, model, p, save, *args, **kwargs),
+                               os.path.exists)
 
-    def _save(self, model: Any, path: str, save: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    def write_checkpoint(self, prefix: str, write: Callable[[str], Any]) -> Any:
+        """A TensorFlow checkpoint `prefix` (its files `prefix.index`, `prefix.data-*`), written in place by
+        `write(prefix)`; what `write` returns, or `prefix` where this rank left it to the chief."""
+        if getattr(_saving, "active", False):
+            return write(prefix)
+        with distrains_own():
+            def written(path: str) -> Any:
+                with local_reads_for(self.engine.plan):
+                    return write(path)
+
+            found = self._written_once(prefix, written, lambda path: os.path.exists(path + ".index"))
+        if found is None:
+            self.chiefs_directories.add(os.path.dirname(os.path.abspath(prefix)))
+            return prefix
+        self.chiefs_directories.discard(os.path.dirname(os.path.abspath(prefix)))
+        return found
+
+    def relies_on_the_chief(self, path: str) -> bool:
+        """Whether `path` is in a directory whose checkpoints this rank left to the chief."""
+        return os.path.dirname(os.path.abspath(path)) in self.chiefs_directories
+
+    def _written_once(self, path: str, write: Callable[[str], Any], visible: Callable[[str], bool]) -> Any:
+        """The chief writes `path` and records it; another rank waits for the chief's save of the same number and
+        writes its own copy only where its path is not the chief's or the chief's is not visible to it. What this
+        rank's own `write` returned; None where it wrote nothing."""
         engine, plan = self.engine, self.engine.plan
         record = os.path.join(plan.checkpoint_dir, runs.SAVES_RECORD) if plan.checkpoint_dir else None
         waits = record is not None and engine.size > 1 and not plan.elastic
         self.made += 1
         if engine.rank == 0:
             try:
-                write_complete(plan, model, path, save, *args, **kwargs)
+                result = write(path)
             except BaseException as exc:
                 if waits:
                     said = str(exc)
@@ -107,12 +135,13 @@ class ScriptSaves:
                 raise
             if waits:
                 runs.write_private_json(record, {"made": self.made, "path": os.path.abspath(path)})
-            return
+            return result
         if not waits:
-            return
+            return None
         chief_path = wait_for_the_chief(record, self.made, path)
-        if chief_path != os.path.abspath(path) or not os.path.exists(path):
-            write_complete(plan, model, path, save, *args, **kwargs)  # this rank's own path: its own copy
+        if chief_path != os.path.abspath(path) or not visible(path):
+            return write(path)  # this rank's own path: its own copy
+        return None
 
 
 def wait_for_the_chief(record: str, made: int, path: str, timeout: float = CHIEF_SAVE_WAIT_SECONDS) -> str:

@@ -21,7 +21,6 @@ LAUNCH = {
 }
 # Known to differ from plain python, not fixed yet (tests/README.md's table; #69): (mode, family, scenario) ->
 # (the Keras versions it differs on: from, up to but not including, why)
-FAMILIES = ("keras3", "legacy")
 ADAPTED = "distrain's epochs draw the seeded reshuffle's first orders; the script's adapt() had drawn one already"
 KNOWN: dict[tuple[str, str, str], tuple[str, str | None, str]] = {
     ("mwm", "keras3", "own_one_device_strategy"): ("3", "3.15", "the loaded model's fit in the scope: in some runs "
@@ -29,16 +28,6 @@ KNOWN: dict[tuple[str, str, str], tuple[str, str | None, str]] = {
                                                                "orders (a collective fails)"),
     **{(mode, "keras3", "text_directory"): ("3", None, ADAPTED) for mode in LAUNCH},
 }
-
-
-# Not run in that launch: they fail there in a way that takes the launch's other scenarios with them (a hang, broken
-# collectives); the table says what happens. (mode, family, scenario) -> why
-ONE_WRITER = "every rank writes the one checkpoint path (MergeV2Checkpoints: a part 'did not exist'), then a hang"
-EXPORTS = "the exported model's serve function fails under the strategy ('a graph generated from the cross-replica " \
-          "context in an in-replica context'); under Horovod every rank exports into one directory"
-BROKEN: dict[tuple[str, str, str], str] = {
-    **{(mode, family, "tf_train_checkpoint"): ONE_WRITER for mode in ("mwm", "horovod") for family in FAMILIES},
-    **{(mode, family, "export_saved_model"): EXPORTS for mode in ("mwm", "horovod") for family in FAMILIES}}
 
 
 # Refused with one line where upstream cannot work (the table's notes): (mode, family, scenario) -> (the Keras
@@ -54,11 +43,13 @@ RACES = {("mwm", "keras3", "own_one_device_strategy"),
          # as plain python or not depending on what the process ran before it (alone, `distrain run` differs)
          *((mode, "keras3", "text_directory") for mode in LAUNCH)}
 # The `core` run (the newest TensorFlow line, scripts/test.sh): the scenarios whose defects were found on Keras 3.15
-# (the table's "Keras 3.15" notes, #69 finding 9), the files every rank reads, the agreed stop and the script's own
-# strategy; the others prove on 2.17 what Keras 3.15 does not handle otherwise in distrain's code.
+# (the table's "Keras 3.15" notes, #69 finding 9), the files every rank reads (TensorFlow's checkpoints and exports
+# too: their patches' targets are TensorFlow's), the agreed stop and the script's own strategy; the others prove
+# on 2.17 what Keras 3.15 does not handle otherwise in distrain's code.
 CORE_SCENARIOS = ("global_clipnorm", "builtin_callbacks", "save_then_load", "kfold_best_checkpoints",
                   "custom_train_step", "stop_training_on_one_rank", "steps_per_execution", "python_generator",
-                  "image_directory", "own_one_device_strategy", "jit_compile")
+                  "image_directory", "tf_train_checkpoint", "export_saved_model", "own_one_device_strategy",
+                  "jit_compile")
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -92,7 +83,6 @@ def reference(kept, family: str, names: tuple[str, ...] = ()) -> dict:  # noqa: 
 def assert_conforms(mode: str, family: str, kept, tmp_path, names: tuple[str, ...] = ()) -> None:  # noqa: ANN001
     want = reference(kept, family, names)
     assert set(names) <= set(want), f"no such scenario: {set(names) - set(want)}"
-    want = {name: found for name, found in want.items() if (mode, family, name) not in BROKEN}
     launcher, ranks = LAUNCH[mode]
     out = run([*launcher, str(SCRIPT), str(tmp_path / "out"), "--keras", family, *want], env=keras_env(family),
               timeout=600)
