@@ -100,7 +100,8 @@ def install_hooks(engine: Engine, keras: Any, tf: Any, evened: batches.EvenedInp
         if backup is not None:
             resume.build_before_restore(self, args_, stage.checkpoint_dir)
         _progress_from_the_chief_only(engine, args_)
-        global_logs = sync.batch_logs_over_horovod(tf) if _splits_batches_between_ranks(engine, self, user) else None
+        global_logs = sync.batch_logs_over_horovod(keras, tf, args_.get("verbose", "auto"), user) \
+            if _splits_batches_between_ranks(engine, self, user) else None
         with starting.starting_at(plan.family, self, fit_callbacks.position), \
                 steps.observed(self, fit_callbacks.training, global_logs), \
                 saves.callback_files_aside(engine, keras, user):
@@ -265,6 +266,12 @@ def _compose_callbacks(engine: Engine, keras: Any, tf: Any, stage: Any, stage_nu
     checkpoints = bool(stage.checkpoint_dir) and not own_backup
     if checkpoints:
         position = _position_input(engine, stage, model, arguments, user, facts)
+    elif not own_backup and batches.is_array_input(arguments.get("x")) and \
+            _splits_batches_between_ranks(engine, model, user):
+        # zero-code Horovod's shares of numpy input, checkpoints or not: the positioned pipeline's, which draws
+        # Keras' own orders of a seeded script (compat/numpy_orders.py); nothing to say of a resume
+        position = _position_input(engine, stage, model, arguments, user,
+                                   dataclasses.replace(facts, note=lambda line: None))
     training = steps.TrainingPosition((position.epoch, position.step) if position is not None else None,
                                       position.learnt_length if position is not None else None)
     plan = engine.plan

@@ -299,7 +299,7 @@ def adapt_fit_arguments(arguments: dict, keras: Any, *, rank: int, size: int, no
         note("sample_weight without y: the input is not split, every rank trains on all of it")
         return
     if rank_share:
-        done = "batches positioned for exact resume taken as global batches"
+        done = "batches positioned (exact resume, Keras' orders of numpy input) taken as global batches"
     elif arrays_given:
         arrays = take_validation_split(arguments)
         shuffle = arguments.get("shuffle", True) is not False

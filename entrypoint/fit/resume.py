@@ -63,15 +63,15 @@ def saved_position(checkpoint_dir: str) -> Position | None:
         else None
 
 
-def position_input(arguments: dict, *, family: KerasFamily, checkpoint_dir: str, rank: int, size: int,
+def position_input(arguments: dict, *, family: KerasFamily, checkpoint_dir: str | None, rank: int, size: int,
                    replicas: int, note: Callable[[str], None], evened: batches.EvenedInputs) -> Position | None:
     """Rewrite fit's bound arguments so that the input is positioned (see the module doc); the position this fit
     starts at, or None (said through `note`) when the input cannot be positioned. rank/size: this rank's share of
     every global batch (zero-code Horovod), else 0/1; replicas: how many replicas each global batch feeds;
     `evened` learns the dataset made here (each epoch's last batch splits cleanly)."""
-    saved = saved_position(checkpoint_dir)
+    saved = saved_position(checkpoint_dir) if checkpoint_dir else None
     why_not = _why_not_positionable(arguments, family)
-    if saved is None and runs.newest_checkpoint(runs.chief_dir(checkpoint_dir)):
+    if saved is None and checkpoint_dir and runs.newest_checkpoint(runs.chief_dir(checkpoint_dir)):
         why_not = why_not or "the checkpoint records no position (an older distrain wrote it)"
     if why_not:
         note(f"{why_not}: a stop resumes at the start of the interrupted epoch, with its partial progress")

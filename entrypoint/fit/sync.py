@@ -194,7 +194,31 @@ def average_moving_statistics_in_custom_loops(hvd: Any, tf: Any) -> bool:
     return True
 
 
-def batch_logs_over_horovod(tf: Any) -> Callable[[Any], Any]:
+BATCH_LOG_HOOKS = ("on_train_batch_end", "on_batch_end")  # a callback with one reads every batch's logs
+
+
+def batch_logs_over_horovod(keras: Any, tf: Any, verbose: Any, callbacks: list) -> Callable[[Any], Any] | None:
+    """Zero-code Horovod: the logs of each step averaged over the ranks (`_averaged_logs`) where some rank reads
+    them: its progress bar (verbose 1 or "auto", after the chief-only rule) or a script's callback with a batch-end
+    hook. The ranks agree on it once a fit (one all-reduce), so that every rank joins every step's; a fit whose
+    batch logs nobody reads pays nothing (the one-line-an-epoch default of a batch job: 0.84 of hand-written
+    Horovod's throughput with the averaging, benchmarks/README.md)."""
+    import horovod.tensorflow as hvd
+
+    reads = reads_batch_logs(keras.callbacks.Callback, verbose, callbacks)
+    some_rank_reads = int(hvd.allreduce(tf.constant(int(reads)), op=hvd.Sum, name="distrain_batch_logs_read")) > 0
+    return _averaged_logs(tf) if some_rank_reads else None
+
+
+def reads_batch_logs(base: type, verbose: Any, callbacks: list) -> bool:
+    """Whether this rank's fit reads every batch's logs: a progress bar (verbose 1 or "auto") or a callback whose
+    class (or, as LambdaCallback's, the instance) has a batch-end hook of its own (`base`: Keras' Callback)."""
+    return verbose in (1, "auto") or any(hook in vars(callback) or getattr(type(callback), hook, None) is not
+                                         getattr(base, hook, None)
+                                         for callback in callbacks for hook in BATCH_LOG_HOOKS)
+
+
+def _averaged_logs(tf: Any) -> Callable[[Any], Any]:
     """Zero-code Horovod: the logs of each step averaged over the ranks, every step. Each rank's train step logs
     its own share of the global batch (its loss, its metrics' running means), and Horovod's metric averaging comes
     at an epoch's end only: the progress bar and every `on_train_batch_end` read rank 0's own numbers, not those

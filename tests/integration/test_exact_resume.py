@@ -252,6 +252,20 @@ def test_a_negative_control_tells_a_different_order_apart(tmp_path, kept_runs):
     assert len(retrained) > len(reference) + 8  # epoch 1 and the first steps of epoch 2 trained twice
 
 
+def test_zero_code_horovod_without_checkpoints_trains_plain_kerass_numpy_orders(tmp_path):
+    """Horovod's shares of numpy input come from the positioned pipeline with checkpoints off too
+    (DISTRAIN_CHECKPOINT=0), which draws tf_keras' own orders of the seeded script: each global batch, rank 0's
+    share then rank 1's, is plain python's batch (before, distrain's own reshuffle drew other orders there)."""
+    (tmp_path / "plain").mkdir()
+    plain = run(["python", SCRIPT, "--input", "numpy", "--out", str(tmp_path / "plain")],
+                env=clean_env(TF_USE_LEGACY_KERAS="1"))
+    assert plain.returncode == 0, plain.stdout[-3000:]
+    out = train(LAUNCHERS["horovod"], tmp_path / "a", tmp_path / "state", "legacy", DISTRAIN_CHECKPOINT="0")
+    assert out.returncode == 0, out.stdout[-3000:]
+    (want,), ranks = trained_ids(tmp_path / "plain").values(), trained_ids(tmp_path / "a")
+    assert [" ".join(shares) for shares in zip(ranks["ids-rank0.txt"], ranks["ids-rank1.txt"])] == want
+
+
 @pytest.mark.parametrize(("before", "after"), [("mwm", "single"), ("single", "mwm")])
 def test_a_run_resumes_on_another_number_of_workers(tmp_path, kept_runs, before, after):
     """Stopped on 2 workers and resumed on 1 (or the reverse): the same global batches go on from the same step,
