@@ -183,8 +183,8 @@ def _xla_where_it_works(engine: Engine, arguments: dict) -> None:
 
 
 def _hook_saves(engine: Engine, model_cls: type) -> None:
-    """save and save_weights (and, with several ranks, tf.train.Checkpoint's writes: compat/tf_checkpoint.py)
-    through saves.ScriptSaves: written once, seen by every rank when its call returns."""
+    """save, save_weights and export (and, with several ranks, tf.train.Checkpoint's writes:
+    compat/tf_checkpoint.py) through saves.ScriptSaves: written once, seen by every rank when its call returns."""
     script_saves = saves.ScriptSaves(engine)
     orig_save, orig_save_weights = model_cls.save, model_cls.save_weights
 

@@ -171,7 +171,7 @@ PATCHES: tuple[Patch, ...] = (
        "meet", "wraps", "process", "distrain's own: the script runs unchanged; a save is written once and seen by "
        "every rank when its call returns",
        ("keras:Model.fit(self,x,y,batch_size,epochs)", "keras:Model.compile", "keras:Model.save(self,filepath)",
-        "keras:Model.save_weights(self,filepath)"),
+        "keras:Model.save_weights(self,filepath)", "keras:Model.export(self,filepath)?"),
        "keras"),
     _p("saves.callback_files", "TensorBoard's log_dir and CSVLogger's filename, on ranks but the chief, a private "
        "temporary directory during the fit", "replaces", "fit", "#69: every rank wrote its event files and the CSV "
