@@ -29,8 +29,10 @@ import inspect
 from collections.abc import Iterator
 from typing import Any
 
+from ..errors import EnvironmentProblem
 from ..log import get as log
 from ..plan import Plan
+from . import script_devices
 
 _STRATEGIES = (("distribute", "MultiWorkerMirroredStrategy"), ("distribute", "MirroredStrategy"),
                ("distribute.experimental", "MultiWorkerMirroredStrategy"), ("distribute", "OneDeviceStrategy"))
@@ -71,10 +73,16 @@ def _describe(args: tuple, kwargs: dict) -> str:
 
 
 def install_strategy_adoption(engine: Any, plan: Plan, tf: Any) -> None:
-    """Make the script's own strategy and resolver constructors return distrain's (MWM and mirrored modes); in
-    one process, make its Slurm/TF_CONFIG resolver describe one local worker (outside Slurm TensorFlow's raises)."""
+    """Make the script's own strategy and resolver constructors return distrain's (MWM and mirrored modes; under
+    Horovod its MirroredStrategy is the default one); in one process, make its Slurm/TF_CONFIG resolver describe
+    one local worker (outside Slurm TensorFlow's raises). Where distrain started TensorFlow before the script, its
+    logical device configuration is skipped (script_devices.py) and its ParameterServerStrategy refused."""
+    if plan.mode != "single":
+        script_devices.install(tf, plan.mode)  # distrain started TensorFlow before the script
+        _refuse_parameter_servers(plan, tf)
     if plan.mode == "horovod":
-        return  # no distrain strategy to clash with; a script's own strategy there is its business
+        _adopt_mirrored_under_horovod(plan, tf)
+        return
     _adopt_resolvers(plan, tf)
     if engine.strategy is None:
         return
@@ -100,6 +108,42 @@ def install_strategy_adoption(engine: Any, plan: Plan, tf: Any) -> None:
         if original is None or hasattr(original, "_distrain_adopts"):
             continue
         setattr(module, name, _adopting(original, lambda *a, _n=name, **k: adopt(_n, a, k)))
+
+
+def _refuse_parameter_servers(plan: Plan, tf: Any) -> None:
+    """A `ParameterServerStrategy` is a cluster of its own (a coordinator, workers, parameter servers: TensorFlow's
+    tutorial starts them in its one process): under distrain's ranks each would run it whole, the work done once per
+    rank. Refused where it is built, with one line; in one process (`distrain run`) it runs as under plain python."""
+
+    def refuse(*_args: Any, **_kwargs: Any) -> Any:
+        raise EnvironmentProblem(
+            f"the script builds its own ParameterServerStrategy, a cluster of its own that distrain's {plan.mode} "
+            f"cannot run as its ranks; run it in one process (DISTRAIN_MODE=single) or as TensorFlow's parameter "
+            f"server guide launches it")
+
+    # patch: adopt.parameter_servers
+    for namespace in (tf.distribute, tf.distribute.experimental):
+        original = getattr(namespace, "ParameterServerStrategy", None)
+        if original is not None and not hasattr(original, "_distrain_adopts"):
+            namespace.ParameterServerStrategy = _adopting(original, refuse)
+
+
+def _adopt_mirrored_under_horovod(plan: Plan, tf: Any) -> None:
+    """Under Horovod each rank is one replica and Horovod's ranks share each global batch: a script's own
+    `MirroredStrategy(...)` (over the logical devices it made, or all GPUs) is the default strategy there, so that
+    its replicas are the ranks, as distrain's MWM adopts it. Its `OneDeviceStrategy` and MWM are left as written."""
+    original = tf.distribute.MirroredStrategy
+    if hasattr(original, "_distrain_adopts"):
+        return
+
+    def default(*args: Any, **kwargs: Any) -> Any:
+        if plan.is_chief:
+            log().info(f"adopted the script's MirroredStrategy({_describe(args, kwargs)}): Horovod's ranks are its "
+                       f"replicas (one device each)")
+        return tf.distribute.get_strategy()
+
+    # patch: adopt.strategies
+    tf.distribute.MirroredStrategy = _adopting(original, default)
 
 
 def _adopt_resolvers(plan: Plan, tf: Any) -> None:

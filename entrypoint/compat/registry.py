@@ -275,6 +275,16 @@ PATCHES: tuple[Patch, ...] = (
        "process", "a script's own device configuration runs as under plain python",
        ("tensorflow:config.list_physical_devices", "tensorflow:config.set_visible_devices",
         "tensorflow:config.experimental.set_memory_growth"), "tensorflow"),
+    _p("adopt.parameter_servers", "the script's ParameterServerStrategy refused with one line where distrain runs "
+       "ranks", "replaces", "process", "#69: each rank would run the script's parameter-server cluster whole",
+       ("tensorflow:distribute.ParameterServerStrategy", "tensorflow:distribute.experimental.ParameterServerStrategy?"),
+       "tensorflow", modes=frozenset({"mirrored", "mwm", "horovod"})),
+    _p("script_devices.logical_configuration", "a logical device configuration TensorFlow no longer takes is "
+       "skipped with one line", "wraps", "process", "#69: TensorFlow's distributed-input tutorial splits the CPU "
+       "itself: 'Virtual devices cannot be modified after being initialized' under MWM and Horovod",
+       ("tensorflow:config.set_logical_device_configuration(device,logical_devices)",
+        "tensorflow:config.experimental.set_virtual_device_configuration(device,logical_devices)?"), "tensorflow",
+       modes=frozenset({"mirrored", "mwm", "horovod"})),
     _p("stopping.strategy_launchers", "the strategy's own all-reduce launcher and options for the stop check",
        "reads", "process", "a stop agreed without a traced function (falls back to the public way)",
        ("tensorflow.python.distribute.cross_device_ops:CollectiveAllReduce",), "tensorflow", modes=STRATEGY_MODES),

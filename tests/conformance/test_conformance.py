@@ -21,12 +21,10 @@ LAUNCH = {
 }
 # Known to differ from plain python, not fixed yet (tests/README.md's table; #69): (mode, family, scenario) ->
 # (the Keras versions it differs on: from, up to but not including, why)
-ADAPTED = "distrain's epochs draw the seeded reshuffle's first orders; the script's adapt() had drawn one already"
 KNOWN: dict[tuple[str, str, str], tuple[str, str | None, str]] = {
     ("mwm", "keras3", "own_one_device_strategy"): ("3", "3.15", "the loaded model's fit in the scope: in some runs "
                                                                "the workers create its metrics' variables in other "
                                                                "orders (a collective fails)"),
-    **{(mode, "keras3", "text_directory"): ("3", None, ADAPTED) for mode in LAUNCH},
 }
 
 
@@ -39,9 +37,7 @@ REFUSED: dict[tuple[str, str, str], tuple[str, str | None, str]] = {
 
 
 # differ in some runs only (a race): not held to "fails once fixed"
-RACES = {("mwm", "keras3", "own_one_device_strategy"),
-         # as plain python or not depending on what the process ran before it (alone, `distrain run` differs)
-         *((mode, "keras3", "text_directory") for mode in LAUNCH)}
+RACES = {("mwm", "keras3", "own_one_device_strategy")}
 # The `core` run (the newest TensorFlow line, scripts/test.sh): the scenarios whose defects were found on Keras 3.15
 # (the table's "Keras 3.15" notes, #69 finding 9), the files every rank reads (TensorFlow's checkpoints and exports
 # too: their patches' targets are TensorFlow's), the agreed stop and the script's own strategy; the others prove
@@ -115,6 +111,54 @@ def test_keras3_under_horovod_has_plain_pythons_numbers_and_files(kept_runs, tmp
 
 def test_tf_keras_under_mwm_has_plain_pythons_numbers_and_files(kept_runs, tmp_path):
     assert_conforms("mwm", "legacy", kept_runs, tmp_path)
+
+
+OWN_DISTRIBUTION = ROOT / "tests" / "conformance" / "scripts" / "own_distribution.py"
+
+
+def own_distribution(launcher: list[str] | None, out_dir, family: str, kind: str):  # noqa: ANN001, ANN201
+    """scripts/own_distribution.py's `kind` under plain python (launcher None) or a distrain launcher."""
+    command = [*(launcher or ["python"]), str(OWN_DISTRIBUTION), str(out_dir), "--keras", family, kind]
+    env = keras_env(family) if launcher else clean_env(**({"TF_USE_LEGACY_KERAS": "1"} if family == "legacy" else {}))
+    return run(command, env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=400)
+
+
+@pytest.mark.parametrize(("mode", "family"), [("single", "keras3"), ("mwm", "keras3"), ("horovod", "keras3"),
+                                              ("mwm", "legacy")])
+def test_the_scripts_own_logical_devices_and_mirrored_strategy_give_plain_pythons_numbers(mode, family, tmp_path):
+    """TensorFlow's "Distributed input" set-up: the CPU split into two logical devices before anything else, a
+    Keras model in the script's own MirroredStrategy over them. Before #69's fix, under MWM and Horovod:
+    `RuntimeError: Virtual devices cannot be modified after being initialized`. The reference is plain python's
+    run of the script; under several ranks on Keras 3.3, whose own two-replica MirroredStrategy sums the
+    replicas' gradients (keras#19969; loss 0.70256 where one device has 0.75647), the same script over one device."""
+    upstream_sums = family == "keras3" and version("keras").startswith("3.3.") and mode != "single"
+    reference = own_distribution(None, tmp_path / "plain", family, "one_device" if upstream_sums else "devices")
+    assert reference.returncode == 0, reference.stdout[-3000:]
+    [want] = scenarios(reference.stdout)
+    launcher, ranks = LAUNCH[mode]
+    out = own_distribution(launcher, tmp_path / "out", family, "devices")
+    verdicts = judge(out.stdout, want, ranks, exact=mode == "single")
+    assert not verdicts["own_mirrored_strategy"], "\n".join(verdicts["own_mirrored_strategy"]) + out.stdout[-2000:]
+    assert out.returncode == 0, out.stdout[-3000:]
+    if mode != "single":
+        assert "one device per rank kept" in out.stdout, out.stdout[-3000:]
+
+
+@pytest.mark.parametrize("mode", ["single", "mwm", "horovod"])
+def test_a_parameter_server_strategy_runs_in_one_process_and_is_refused_in_one_line_under_ranks(mode, tmp_path):
+    """TensorFlow's parameter server tutorial (its in-process cluster, a ClusterCoordinator loop): in one process
+    plain python's numbers bit for bit; under distrain's ranks, where each would run the cluster whole, one line
+    and exit 3 before it trains."""
+    launcher, _ = LAUNCH[mode]
+    out = own_distribution(launcher, tmp_path / "out", "keras3", "parameter_server")
+    if mode == "single":
+        reference = own_distribution(None, tmp_path / "plain", "keras3", "parameter_server")
+        assert out.returncode == 0 and reference.returncode == 0, out.stdout[-3000:] + reference.stdout[-3000:]
+        assert judge(out.stdout, scenarios(reference.stdout)[0], 1, exact=True) == {"parameter_server": []}
+        return
+    assert out.returncode == 3, out.stdout[-3000:]
+    assert "CONFORM" not in out.stdout and "Traceback" not in out.stdout, out.stdout[-3000:]
+    assert "the script builds its own ParameterServerStrategy, a cluster of its own" in out.stdout
 
 
 NEGATIVE_CONTROL = """

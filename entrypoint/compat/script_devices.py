@@ -1,0 +1,53 @@
+"""A script's own logical device configuration, where distrain started TensorFlow before the script ran.
+
+TensorFlow's "Distributed input" and custom-training tutorials split the CPU into logical devices first
+(`tf.config.set_logical_device_configuration(cpu, [LogicalDeviceConfiguration()] * 2)`) and then build a
+`MirroredStrategy` over them. Under distrain's MWM and Horovod, TensorFlow is started before the script (the
+strategy's server, Horovod's ranks), and TensorFlow refuses the call: "Virtual devices cannot be modified after
+being initialized". Plain python's numbers do not depend on the split: its replicas share each global batch, as
+distrain's ranks do (the script's `MirroredStrategy` is distrain's, compat/adopt.py). So a configuration that can
+no longer be applied is skipped with one line; one TensorFlow can still apply (or refuses for another reason)
+goes through as under plain python. Not installed in one process, where distrain starts nothing before the script.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..log import get as log
+
+TOO_LATE = "cannot be modified after being initialized"  # TensorFlow's RuntimeError for a configuration too late
+_CALLS = (("config", "set_logical_device_configuration"), ("config.experimental", "set_virtual_device_configuration"))
+
+
+def install(tf: Any, mode: str) -> None:
+    """Make the script's logical device configuration calls skip, with one line, what TensorFlow no longer takes."""
+    warned: list[bool] = []
+
+    def skipping(original: Any) -> Any:
+        # patch: script_devices.logical_configuration
+        def configure(device: Any, logical_devices: Any) -> None:
+            try:
+                return original(device, logical_devices)
+            except RuntimeError as error:
+                if TOO_LATE not in str(error):
+                    raise
+                if not warned:
+                    warned.append(True)
+                    log().warning(f"the script splits {getattr(device, 'name', device)} into "
+                                  f"{len(logical_devices or [])} logical devices, but distrain's {mode} started "
+                                  f"TensorFlow before the script: one device per rank kept (its strategy is "
+                                  f"distrain's)")
+                return None
+
+        configure._distrain_skips_late_configuration = True
+        return configure
+
+    # patch: script_devices.logical_configuration
+    for dotted, name in _CALLS:
+        namespace = tf
+        for part in dotted.split("."):
+            namespace = getattr(namespace, part)
+        original = getattr(namespace, name, None)
+        if original is not None and not getattr(original, "_distrain_skips_late_configuration", False):
+            setattr(namespace, name, skipping(original))
