@@ -51,7 +51,7 @@ setup_venv() {  # VENV TF_VERSION KERAS_VERSION
   have tf-keras "$tfk" || uv_install --no-deps "tf-keras==$tfk"
   # TensorFlow 2.21 no longer pulls TensorBoard in; scripts with Keras' TensorBoard callback need it
   "$venv/bin/python" -c "import importlib.metadata as m; m.version('tensorboard')" 2>/dev/null || uv_install tensorboard
-  if ! "$venv/bin/python" -c "import importlib.metadata as m, entrypoint, typer, spython, pytest, xdist, pytest_timeout, sklearn; m.version('distrain')" 2>/dev/null; then
+  if ! "$venv/bin/python" -c "import importlib.metadata as m, entrypoint, typer, spython, pytest, xdist, pytest_timeout, sklearn, pandas; m.version('distrain')" 2>/dev/null; then
     say "installing distrain (editable) and test tools into $venv"; uv_install -e ".[test]"
   fi
   have tensorflow-cpu "$tf" || { echo "install.sh: tensorflow-cpu $tf got replaced in $venv" >&2; exit 1; }

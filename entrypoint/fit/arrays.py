@@ -85,9 +85,21 @@ def _element(arrays: tuple) -> Any:
     """`arrays` (x[, y[, sample_weight]]) as tensors, in the structure fit's batches have."""
     import tensorflow as tf
 
-    tensors = tf.nest.map_structure(lambda a: tf.convert_to_tensor(a.to_numpy() if hasattr(a, "to_numpy") else a),
-                                    arrays)
+    tensors = tf.nest.map_structure(lambda a: tf.convert_to_tensor(_as_numpy(a)), arrays)
     return tensors if len(tensors) > 1 else tensors[0]
+
+
+def _as_numpy(array: Any) -> Any:
+    """pandas as Keras' own array adapters take it (both families): a DataFrame its values, a Series a column of
+    them, (n, 1). As (n,), a Series' labels trained the same, but the first `evaluate` after a fit whose validation
+    batches were distrain's met a test function traced for the other rank: "Cannot take the length of shape with
+    unknown rank"."""
+    import numpy as np
+
+    if not hasattr(array, "to_numpy"):
+        return array
+    values = array.to_numpy()
+    return np.expand_dims(values, -1) if type(array).__name__ == "Series" else values
 
 
 def _gather_batches(arrays: tuple, batch_indices: Any, cardinality: int) -> Any:

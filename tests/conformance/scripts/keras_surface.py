@@ -423,6 +423,19 @@ def numpy_shuffled(out: str) -> dict:
 
 
 @scenario
+def pandas_frame(out: str) -> dict:
+    """A pandas DataFrame and Series given to fit (a validation split, Keras' shuffle), evaluate and predict."""
+    import pandas as pd
+
+    frame, labels = pd.DataFrame(x, columns=[f"f{i}" for i in range(FEATURES)]), pd.Series(y, name="label")
+    model = classifier()
+    history = model.fit(frame, labels, batch_size=BATCH, epochs=2, validation_split=0.25, verbose=0)
+    return {"loss": numbers(history.history["loss"]), "val_loss": numbers(history.history["val_loss"]),
+            "evaluate": numbers(model.evaluate(frame, labels, batch_size=BATCH, verbose=0)),
+            "predict": numbers(np.sum(model.predict(frame, batch_size=BATCH, verbose=0))), "weights": weights(model)}
+
+
+@scenario
 def own_one_device_strategy(out: str) -> dict:
     """TensorFlow's "Save and load a model using a distribution strategy": a model saved, then loaded and trained
     on inside the script's own OneDeviceStrategy scope. Last: where it fails under MWM (Keras 3.3), its collectives
