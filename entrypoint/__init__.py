@@ -112,8 +112,10 @@ def distributed_tape(tape: Any) -> Any:
         return tape
     import horovod.tensorflow as hvd_tf
 
+    from .compat import horovod_own_updates
     from .compat.keras3_horovod import TapeOverTFVariables
 
+    horovod_own_updates.the_scripts_tapes_average()
     return TapeOverTFVariables(hvd_tf.DistributedGradientTape(tape))
 
 

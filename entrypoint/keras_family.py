@@ -53,18 +53,23 @@ class KerasFamily:
     # compat/numpy_orders.py: fit's numpy pipeline draws its epochs' orders in one iterator (tf_keras: epoch k of a
     # fit trains the (k+1)th draw), or a new iterator every epoch (Keras 3: a seeded script's every epoch the first)
     draws_numpy_orders_in_one_iterator: bool
+    # compat/horovod_own_updates.py: where its optimizers apply gradients (`module:Class.method`, those that exist)
+    optimizer_updates: tuple[str, ...]
 
 
 KERAS3 = KerasFamily("keras3", "keras", aliased_as_keras=False, needs_strategy_fit_fixes=True,
                      horovod_keras_api=False, subclasses_backup_and_restore=False, starts_by_skipping_steps=True,
                      keeps_the_first_epochs_length=False, end_weights="end.weights.h5",
                      sums_step_logs_over_workers=False, sums_own_steps_gradients=False,
-                     auto_jit_compiles_without_a_strategy=True, draws_numpy_orders_in_one_iterator=False)
+                     auto_jit_compiles_without_a_strategy=True, draws_numpy_orders_in_one_iterator=False,
+                     optimizer_updates=("keras.src.optimizers.base_optimizer:BaseOptimizer.apply",))
 TF_KERAS = KerasFamily("legacy", "tf_keras", aliased_as_keras=True, needs_strategy_fit_fixes=False,
                        horovod_keras_api=True, subclasses_backup_and_restore=True, starts_by_skipping_steps=False,
                        keeps_the_first_epochs_length=True, end_weights="end", sums_step_logs_over_workers=True,
                        sums_own_steps_gradients=True, auto_jit_compiles_without_a_strategy=False,
-                       draws_numpy_orders_in_one_iterator=True)
+                       draws_numpy_orders_in_one_iterator=True,
+                       optimizer_updates=("tf_keras.src.optimizers.optimizer:Optimizer.apply_gradients",
+                                          "tf_keras.src.optimizers.legacy.optimizer_v2:OptimizerV2.apply_gradients"))
 FAMILIES = {family.name: family for family in (KERAS3, TF_KERAS)}
 
 
@@ -143,6 +148,14 @@ def imported_modules(source: str) -> frozenset[str]:
 
 def _imports(modules: frozenset[str], package: str) -> bool:
     return any(name == package or name.startswith(package + ".") for name in modules)
+
+
+def horovod_use(source: str) -> dict[str, bool]:
+    """The Plan's fields on the script's own Horovod: `script_uses_horovod` (any part of it: its Keras API, its
+    TensorFlow API; it averages what it means to) and `script_uses_horovod_tf` (uses_horovod_tensorflow)."""
+    modules = imported_modules(source)
+    return {"script_uses_horovod": any(m == "horovod" or m.startswith("horovod.") for m in modules),
+            "script_uses_horovod_tf": uses_horovod_tensorflow(source)}
 
 
 def uses_horovod_tensorflow(source: str) -> bool:

@@ -57,6 +57,7 @@ class Plan:
     stall_pause_seconds: float = 1800.0  # the allowance of first steps, validation, epoch-end callbacks
     stop_lead_seconds: float | None = None  # DISTRAIN_STOP_LEAD: the job's signal lead (fit/stop_cost.py)
     script_uses_horovod_tf: bool = False  # it imports horovod.tensorflow itself (in any mode)
+    script_uses_horovod: bool = False  # it imports any of Horovod: it averages itself (compat/horovod_own_updates)
     elastic: bool = False  # Horovod elastic: the script's hvd.elastic.run owns membership, state and recovery
     collective_timeout: float | None = None
     start_timeout: float = 300.0  # seconds for every MWM worker to join before the start-up watchdog ends it
@@ -397,7 +398,7 @@ def detect(env: Mapping[str, str], gpus: Sequence[str] | None = None, script: st
         run_name=run.name if checkpoint else None,
         run_key=run.key if checkpoint else None,
         resume=runs.resume_wanted(env),
-        script_uses_horovod_tf=keras_family.uses_horovod_tensorflow(source),
+        **keras_family.horovod_use(source),
         elastic=elastic,
         collective_timeout=collective_timeout,
         env_set=tuple(sorted(env_set.items())),

@@ -279,6 +279,15 @@ PATCHES: tuple[Patch, ...] = (
        "ranks", "replaces", "process", "#69: each rank would run the script's parameter-server cluster whole",
        ("tensorflow:distribute.ParameterServerStrategy", "tensorflow:distribute.experimental.ParameterServerStrategy?"),
        "tensorflow", modes=frozenset({"mirrored", "mwm", "horovod"})),
+    _p("horovod_own_updates.keras3_optimizers", "an update by an optimizer nobody averages over the ranks is "
+       "refused with one line", "wraps", "process", "a custom loop or a train_step with its own optimizers trained "
+       "each rank alone under zero-code Horovod, silently apart", (f"{_BASE_OPT}.apply(self,grads)",), "keras", _K3,
+       frozenset({"horovod"})),
+    _p("horovod_own_updates.tf_keras_optimizers", "the same for tf_keras' optimizers, new and legacy", "wraps",
+       "process", "as horovod_own_updates.keras3_optimizers",
+       ("keras.src.optimizers.optimizer:Optimizer.apply_gradients(self,grads_and_vars)",
+        "keras.src.optimizers.legacy.optimizer_v2:OptimizerV2.apply_gradients(self,grads_and_vars)?"), "keras",
+       _LEGACY, frozenset({"horovod"})),
     _p("script_devices.logical_configuration", "a logical device configuration TensorFlow no longer takes is "
        "skipped with one line", "wraps", "process", "#69: TensorFlow's distributed-input tutorial splits the CPU "
        "itself: 'Virtual devices cannot be modified after being initialized' under MWM and Horovod",

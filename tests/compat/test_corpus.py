@@ -77,6 +77,19 @@ def test_the_script_runs_unchanged(script, mode, tmp_path):
         load_model(tmp_path / "saved" / name, family, input_shape=shape, counting=counting)
 
 
+@pytest.mark.parametrize("family", ["keras3", "legacy"])
+def test_a_custom_loop_its_own_optimizer_updates_is_refused_under_zero_code_horovod(family, tmp_path):
+    """TensorFlow's custom-training tutorial (its own MirroredStrategy, `strategy.run`, `optimizer.apply_gradients`)
+    trains distributed under MWM (test_the_script_runs_unchanged). Under zero-code Horovod nothing averages an
+    optimizer the script never gave compile(): before, each rank trained alone and they ended apart, silently
+    (weights 749f3a9d91bf829b and 2c0c54828929c81b, Keras 3). Now one line at its first update, exit 3."""
+    out = run([*LAUNCH["horovod"][0], str(SCRIPTS / "custom_loop_strategy.py")],
+              env=clean_env(DISTRAIN_KERAS=family), timeout=300)
+    assert out.returncode == 3, out.stdout[-3000:]
+    assert "RESULT" not in out.stdout and "Traceback" not in out.stdout, out.stdout[-3000:]
+    assert "the script updates variables with an optimizer it did not give compile()" in out.stdout
+
+
 def assert_work_split(found: list[dict], ranks: int) -> None:
     """The samples trained on (scripts with the counting layer) add up to one pass over the data per epoch in
     total, in about equal shares: the work is split between the ranks, never done twice."""
