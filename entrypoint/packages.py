@@ -88,7 +88,9 @@ def _build(venv: str, requirements: str, say: Callable[[str], None]) -> None:
     with open(constraints, "w") as handle:
         handle.write("".join(f"{name}=={version}\n" for name, version in sorted(have.items())))
     say(f"installing {requirements} into {venv} (once for these requirements)")
-    pip = [os.path.join(tmp, "bin", "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    # no cache: pip's is under $HOME (~/.cache/pip), where distrain writes nothing; each digest is built once
+    pip = [os.path.join(tmp, "bin", "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+           "--no-cache-dir"]
     out = subprocess.run([*pip, "-r", requirements, "-c", constraints], capture_output=True, text=True)
     if out.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)

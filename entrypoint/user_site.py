@@ -2,7 +2,8 @@
 
 On clusters people `pip install --user`; Apptainer binds `$HOME`, so `~/.local/lib/python3.X/site-packages` would
 be imported inside the image over the image's own packages (an old NumPy there breaks TensorFlow). The image sets
-PYTHONNOUSERSITE=1 unless DISTRAIN_USER_SITE=1 asks for it (Apptainer.def's %environment, the Dockerfile's ENV);
+PYTHONNOUSERSITE=1 (Apptainer.def's %environment, the Dockerfile's ENV) unless DISTRAIN_USER_SITE=1 asks for it
+(Apptainer.def's %runscript: Apptainer sets the host's variables after %environment; Docker: `-e PYTHONNOUSERSITE=`);
 `doctor` says when a user site exists and whether it is read, and a script that fails to import a module the
 user site holds gets one line naming the setting, not a traceback.
 """

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -243,3 +244,17 @@ def small_tmpfs(path: Path, size: str) -> Iterator[Path]:
         yield path
     finally:
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def a_wheel(folder):
+    """labtools 1.0, as a lab's own package: a local wheel (the README's wheel directory; no index)."""
+    folder.mkdir()
+    files = {"labtools/__init__.py": "ANSWER = 42\n",
+             "labtools-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: labtools\nVersion: 1.0\n",
+             "labtools-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                             "Tag: py3-none-any\n"}
+    files["labtools-1.0.dist-info/RECORD"] = "".join(f"{p},,\n" for p in [*files, "labtools-1.0.dist-info/RECORD"])
+    with zipfile.ZipFile(folder / "labtools-1.0-py3-none-any.whl", "w") as wheel:
+        for path, text in files.items():
+            wheel.writestr(path, text)
+    return folder

@@ -12,7 +12,7 @@ import pytest
 from container_fixtures import DOCKER, REGISTRY, sh
 from helpers import ROOT, assert_trained_in_sync, clean_env
 from readme_blocks import block
-from slurm_jobs import quick_start_trained, run_quick_start, submit, user
+from slurm_jobs import quick_start_trained, run_quick_start, submit, user, with_the_labs_package
 
 TRAIN = ["examples/train.py", "--epochs", "2"]
 
@@ -139,11 +139,10 @@ def test_dockerfile_and_def_describe_the_same_image():
     arguments = dict(re.findall(r"^\s+(\w+)=(\S+)$", definition.split("%arguments", 1)[1].split("\n%", 1)[0], re.M))
     assert docker.fromHeader == arguments["BASE_IMAGE"]
     assert apptainer.fromHeader.lower() == "{{ base_image }}"
-    # the same variables; Apptainer's %environment is a shell, so DISTRAIN_USER_SITE=1 can leave ~/.local read
-    assert sorted(docker.environ) == ["DISTRAIN_REQUIRE_GPU=1", "PYTHONNOUSERSITE=1"]
-    assert sorted(apptainer.environ) == [
-        "DISTRAIN_REQUIRE_GPU=1", 'if [ "${DISTRAIN_USER_SITE:-0}" != 1 ]; then export PYTHONNOUSERSITE=1; fi']
-    assert docker.entrypoint == ["distrain"] and apptainer.cmd.strip() == 'exec distrain "$@"'
+    # the same variables; Apptainer's runscript unsets PYTHONNOUSERSITE where DISTRAIN_USER_SITE=1 asks for ~/.local
+    assert sorted(docker.environ) == sorted(apptainer.environ) == ["DISTRAIN_REQUIRE_GPU=1", "PYTHONNOUSERSITE=1"]
+    runscript = definition.split("%runscript", 1)[1].split("\n%", 1)[0].strip()
+    assert docker.entrypoint == ["distrain"] and runscript.endswith('exec distrain "$@"'), runscript
     docker_files = {os.path.join(dst, os.path.basename(src)) if dst.endswith("/") else dst
                     for src, dst in docker.files}
     assert docker_files == {line.split()[-1] for line in apptainer.files}  # the last word: {{ WHEELHOUSE }} has spaces
@@ -202,14 +201,31 @@ def test_docker_as_any_user_writes_outputs_as_that_user(docker_image, tmp_path):
 
 
 def test_the_quick_start_on_slurm_with_the_image(sif, slurm, tmp_path):
+    """The walk-through of a user on Slurm, in the image: their own package (a local wheel named by their
+    requirements.txt, installed in the image's Python), their data bound, a `pip install --user` NumPy in their
+    ~/.local that the image does not read (PYTHONNOUSERSITE, Apptainer.def's %environment: read, it would fail
+    the import), and `distrain runs` on the login node through the image."""
     home, project, env = user(slurm, tmp_path, USE_CONTAINER="1", DISTRAIN_IMAGE=str(sif),
-                              APPTAINERENV_DISTRAIN_REQUIRE_GPU="0", APPTAINER_DROP_CAPS="CAP_SYS_RESOURCE")
+                              APPTAINERENV_DISTRAIN_REQUIRE_GPU="0", APPTAINER_DROP_CAPS="CAP_SYS_RESOURCE",
+                              APPTAINER_HOME=str(tmp_path / "home"))  # --home: the user's, as their passwd says
     env["PATH"] = f"/opt/distrain-apptainer/bin:{env['PATH']}"
+    with_the_labs_package(project)
+    for minor in range(8, 15):  # whatever Python the base has
+        numpy = home / ".local" / "lib" / f"python3.{minor}" / "site-packages" / "numpy"
+        numpy.mkdir(parents=True)
+        (numpy / "__init__.py").write_text("raise ImportError('the user site was read')\n")
     log = run_quick_start(slurm, home, project, env)
     assert "apptainer run --nv --bind" in log and f"{tmp_path}/scratch/data" in log  # the quick start's data bound
     quick_start_trained(log, tmp_path / "scratch")
+    assert log.count("labtools 42") == 2 and "the user site was read" not in log, log[-3000:]
     # on the login node, nothing installed: bin/distrain is the image's distrain (README, Quick start)
     listed = subprocess.run([str(ROOT / "bin" / "distrain"), "runs", "--json"], cwd=project, env=env, text=True,
                             capture_output=True, timeout=120)
     assert listed.returncode == 0, listed.stdout + listed.stderr
     assert [r["state"].split()[0] for r in json.loads(listed.stdout)] == ["finished"], listed.stdout
+    # negative control: where the user asks for their ~/.local (DISTRAIN_USER_SITE=1: the image's runscript; in
+    # %environment it was never seen, Apptainer sets the host's variables after it), the planted NumPy is imported
+    (project / "imports_numpy.py").write_text("import numpy\n")
+    read = subprocess.run(["apptainer", "run", str(sif), "imports_numpy.py"], text=True, capture_output=True,
+                          timeout=120, cwd=project, env={**env, "DISTRAIN_USER_SITE": "1"})
+    assert read.returncode != 0 and "the user site was read" in read.stdout + read.stderr, read.stdout + read.stderr

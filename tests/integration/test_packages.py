@@ -2,25 +2,9 @@
 is built once, by one of the ranks while the other waits, over the image's packages; `distrain packages` builds it
 beforehand; a requirement that would replace the image's NumPy is refused before anything installs."""
 
-import zipfile
-
-from helpers import DISTRAIN, clean_env, run
+from helpers import DISTRAIN, a_wheel, clean_env, run
 
 SCRIPT = "import labtools, numpy\nprint('labtools', labtools.ANSWER, 'numpy', numpy.__version__, flush=True)\n"
-
-
-def a_wheel(folder):
-    """labtools 1.0, as a lab's own package: a local wheel (the README's wheel directory; no index)."""
-    folder.mkdir()
-    files = {"labtools/__init__.py": "ANSWER = 42\n",
-             "labtools-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: labtools\nVersion: 1.0\n",
-             "labtools-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-                                             "Tag: py3-none-any\n"}
-    files["labtools-1.0.dist-info/RECORD"] = "".join(f"{p},,\n" for p in [*files, "labtools-1.0.dist-info/RECORD"])
-    with zipfile.ZipFile(folder / "labtools-1.0-py3-none-any.whl", "w") as wheel:
-        for path, text in files.items():
-            wheel.writestr(path, text)
-    return folder
 
 
 def test_requirements_are_installed_once_over_the_images_packages_and_never_replace_them(tmp_path):

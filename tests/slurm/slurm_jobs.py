@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from helpers import ROOT, assert_trained_in_sync, clean_env
+from helpers import ROOT, a_wheel, assert_trained_in_sync, clean_env
 from readme_blocks import block
 
 
@@ -80,7 +80,20 @@ def user(slurm: str, tmp_path: Path, **extra: str) -> tuple[Path, Path, dict[str
     defaults = {"SLURM_CONF": slurm, "HOME": str(home), "DISTRAIN": str(ROOT), "SCRATCH": str(tmp_path / "scratch"),
                 "USE_CONTAINER": "0", "DISTRAIN_VENV": str(ROOT / ".venv"), "OMPI_MCA_btl": "self,tcp"}
     env = clean_env(**{**defaults, **extra})
+    # this machine's root has rustup's proxies on PATH: pip's user agent runs `rustc --version`, which would make
+    # ~/.rustup in a user's home that never had rustup (a real user's rustup lives in their own home already)
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if "/.cargo/" not in p + "/")
     return home, home / "myproject", env
+
+
+def with_the_labs_package(project: Path) -> None:
+    """The walk-through's own package: labtools, a local wheel in the project's `wheels/` (no index, as on compute
+    nodes without internet) named by its requirements.txt; its train.py imports it first."""
+    wheels = a_wheel(project / "wheels")
+    (project / "requirements.txt").write_text(f"--no-index\n--find-links {wheels}\nlabtools==1.0\n")
+    script = project / "train.py"
+    script.write_text("import labtools  # the lab's own package\nprint('labtools', labtools.ANSWER, flush=True)\n"
+                      + script.read_text())
 
 
 def submitted(out: subprocess.CompletedProcess) -> str:

@@ -7,19 +7,26 @@ import re
 import shutil
 import subprocess
 
+import slurm_jobs
 from helpers import DISTRAIN, ROOT, assert_trained_in_sync
 from slurm_jobs import cancel, quick_start_trained, run_quick_start, submitted, user, wait_for_text, wait_gone
 
 
 def test_the_quick_start_block_runs_as_written_from_the_users_project(slurm, tmp_path):
+    """The walk-through of a user on Slurm with their own package (a local wheel named by requirements.txt) and
+    data (`$SCRATCH/data`): the README's block as written, from the user's project."""
     home, project, env = user(slurm, tmp_path)
-    quick_start_trained(run_quick_start(slurm, home, project, env), tmp_path / "scratch")
+    slurm_jobs.with_the_labs_package(project)
+    log = run_quick_start(slurm, home, project, env)
+    quick_start_trained(log, tmp_path / "scratch")
+    assert log.count("labtools 42") == 2 and log.count("distrain: installing ") == 1, log  # one rank built it
     assert (tmp_path / "scratch" / "distrain" / "runs").is_dir()
+    assert len(list((tmp_path / "scratch" / "distrain" / "packages").glob("*/.complete"))) == 1
     # nothing under $HOME but the user's own project and the job's log there: not even Keras' config file, which
     # `import keras` writes to ~/.keras under plain python (KERAS_HOME is the run's while the user has no ~/.keras)
     assert set(os.listdir(home)) == {"myproject"}
     files = sorted(os.listdir(project))
-    assert files[1:] == ["train.py"] and files[0].startswith("distrain-mwm-"), files
+    assert files[1:] == ["requirements.txt", "train.py", "wheels"] and files[0].startswith("distrain-mwm-"), files
 
 
 def test_a_job_stopped_without_requeue_resumes_with_the_command_its_log_prints(slurm, tmp_path):
