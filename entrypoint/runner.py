@@ -24,11 +24,11 @@ from typing import Any
 from . import runs, startup_stop
 from .compat import adopt, tf_checkpoint, tf_keras_mwm
 from .engines import Engine
-from .errors import EnvironmentProblem
 from .fit import (
     batches,
     callback_state,
     checkpoint,
+    compile_arguments,
     resume,
     saves,
     stages,
@@ -130,8 +130,7 @@ def _hook_compile(engine: Engine, keras: Any, model_cls: type) -> None:
     def compile(self, *args, **kwargs):  # noqa: ANN001, ANN202, A001
         bound = compile_sig.bind(self, *args, **kwargs)
         _adapt_optimizer(engine, keras, bound.arguments)
-        _one_step_per_execution_where_the_loop_fails(engine, bound.arguments)
-        _xla_where_it_works(engine, bound.arguments)
+        compile_arguments.adapt(engine, bound.arguments)
         compiled = orig_compile(*bound.args, **bound.kwargs)
         if plan.family.sums_own_steps_gradients and plan.mode in ("mwm", "mirrored"):
             tf_keras_mwm.one_process_custom_steps(self)
@@ -142,44 +141,6 @@ def _hook_compile(engine: Engine, keras: Any, model_cls: type) -> None:
     compile.__wrapped_original__ = orig_compile
     # patch: runner.model_hooks
     next(cls for cls in model_cls.__mro__ if "compile" in vars(cls)).compile = compile
-
-
-def _one_step_per_execution_where_the_loop_fails(engine: Engine, arguments: dict) -> None:
-    """compile's steps_per_execution as 1 under MWM where Keras' multi-step loop fails with its collectives
-    (compat/keras3_mwm.py, fix 10): the same numbers, one step a call."""
-    steps = arguments.get("steps_per_execution", 1)
-    plan = engine.plan
-    if not (isinstance(steps, int) and steps > 1 and plan.mode == "mwm" and engine.size > 1) \
-            or plan.family.horovod_keras_api:
-        return
-    from .compat import keras3_mwm
-
-    if keras3_mwm.multi_step_loop_fails():
-        arguments["steps_per_execution"] = 1
-        _say(engine, f"steps_per_execution={steps} runs one step at a time: this Keras' multi-step loop fails under "
-                     "MWM (keras3_mwm, fix 10); the numbers are the same")
-
-
-def _xla_where_it_works(engine: Engine, arguments: dict) -> None:
-    """compile's jit_compile with several ranks where XLA cannot compile the step around their all-reduce: under
-    Horovod (its ops have no XLA kernels: InvalidArgumentError) and under MWM on CPUs (TensorFlow's XLA has no CPU
-    collectives, b/194942685: UnimplementedError), True is refused with one line; Keras 3's "auto", which turns
-    XLA on wherever there is a GPU and no tf.distribute strategy (Horovod's case), is False under Horovod, said
-    once. MWM with XLA on GPUs is left to run (`distrain selftest` checks it on the hardware)."""
-    plan, jit = engine.plan, arguments.get("jit_compile", "auto")
-    gpus = bool(engine.tf.config.list_physical_devices("GPU"))
-    compiles_collectives = not (plan.mode == "horovod" or (plan.mode == "mwm" and not gpus))
-    if engine.size < 2 or jit is False or jit is None or compiles_collectives:
-        return
-    if jit is True:
-        why = "Horovod's all-reduce has no XLA kernels" if plan.mode == "horovod" else \
-            "TensorFlow's XLA has no collectives on CPUs (b/194942685)"
-        raise EnvironmentProblem(f"compile(jit_compile=True) under {plan.mode} with {engine.size} ranks cannot work: "
-                                 f"{why}; drop jit_compile (the numbers are the same without XLA)")
-    if gpus and plan.family.auto_jit_compiles_without_a_strategy:
-        arguments["jit_compile"] = False
-        _say(engine, "jit_compile='auto' is off: Keras would compile the step with XLA around Horovod's all-reduce, "
-                     "which has no XLA kernels")
 
 
 def _hook_saves(engine: Engine, model_cls: type) -> None:

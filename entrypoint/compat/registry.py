@@ -177,6 +177,11 @@ PATCHES: tuple[Patch, ...] = (
        "temporary directory during the fit", "replaces", "fit", "#69: every rank wrote its event files and the CSV "
        "into the script's directory", ("keras.callbacks:TensorBoard(log_dir)",
                                        "keras.callbacks:CSVLogger(filename)"), "keras"),
+    _p("saves.own_backup", "the script's own BackupAndRestore: written and deleted by the chief alone, read by "
+       "every rank", "replaces", "fit", "#69: every rank wrote the backup: FileExistsError from one rank's "
+       "check-then-mkdir", ("keras.src.callbacks.backup_and_restore:BackupAndRestore._save_model(self)",
+                            "keras.src.callbacks.backup_and_restore:BackupAndRestore.on_train_end(self,logs)"),
+       "keras", _K3),
     _p("steps.train_function", "the fit's train function calls the step observers after each call; the "
        "model's steps_per_execution read", "wraps", "fit", "one training position for checkpoint, stop and stall",
        ("keras:Model.make_train_function(self)",), "keras"),

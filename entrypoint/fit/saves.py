@@ -206,6 +206,41 @@ def callback_files_aside(engine: Engine, keras: Any, callbacks: list) -> Iterato
     directory first."""
     if engine.size > 1 and engine.rank == 0:
         make_checkpoint_directories(keras, callbacks)
+    with _own_backups_written_by_the_chief(engine, keras, callbacks), _aside(engine, keras, callbacks):
+        yield
+
+
+@contextlib.contextmanager
+def _own_backups_written_by_the_chief(engine: Engine, keras: Any, callbacks: list) -> Iterator[None]:
+    """The script's own Keras 3 BackupAndRestore with several ranks: every rank reads the backup when the fit
+    starts (they resume alike), the chief alone writes it and deletes it at the end, uncounted among the script's
+    saves (distrains_own). Each rank wrote and removed it: `FileExistsError` from one rank's check-then-mkdir of the
+    backup directory, one file written by all (#69). tf_keras' own keeps its per-worker files (Keras' MWM rules)."""
+    own = [c for c in callbacks if isinstance(c, keras.callbacks.BackupAndRestore) and hasattr(c, "_save_model")]
+    if engine.size == 1 or not own:
+        yield
+        return
+    chief = engine.rank == 0
+    for callback in own:
+        save, end = callback._save_model, callback.on_train_end
+
+        def chief_save(save: Callable[[], None] = save) -> None:
+            with distrains_own():
+                save()
+
+        # patch: saves.own_backup
+        callback._save_model = chief_save if chief else (lambda: None)
+        callback.on_train_end = end if chief else (lambda logs=None: None)
+    try:
+        yield
+    finally:
+        for callback in own:
+            # patch: saves.own_backup
+            del callback._save_model, callback.on_train_end  # the class's methods again
+
+
+@contextlib.contextmanager
+def _aside(engine: Engine, keras: Any, callbacks: list) -> Iterator[None]:
     if engine.rank == 0 or engine.size == 1:
         yield
         return

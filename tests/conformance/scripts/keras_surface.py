@@ -8,6 +8,7 @@ Every input is unshuffled or a seeded tf.data pipeline, so the global batches ar
 Each scenario catches its own failure (`status=error:...`); one that runs past DEADLINE_SECONDS ends the process
 with `status=timeout` (a collective that never completes cannot be caught).
 """
+import inspect
 import json
 import os
 import sys
@@ -420,6 +421,39 @@ def numpy_shuffled(out: str) -> dict:
     model = classifier()
     history = model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0, callbacks=[batch_losses := BatchLosses()])
     return fitted(model, history, batch_losses=numbers(batch_losses.seen))
+
+
+@scenario
+def ema(out: str) -> dict:
+    """The optimizer's moving average of the weights (use_ema), swapped in for validation by SwapEMAWeights where
+    the Keras has it."""
+    model = classifier(keras.optimizers.Adam(use_ema=True, ema_momentum=0.9))
+    swap = [keras.callbacks.SwapEMAWeights(swap_on_epoch=True)] if hasattr(keras.callbacks, "SwapEMAWeights") else []
+    history = model.fit(dataset(), epochs=2, verbose=0, validation_data=dataset(), callbacks=swap)
+    return fitted(model, history, val_loss=numbers(history.history["val_loss"]), swapped=len(swap))
+
+
+@scenario
+def gradient_accumulation(out: str) -> dict:
+    """The optimizer's gradient_accumulation_steps, where the Keras has it (Keras 3)."""
+    accumulates = "gradient_accumulation_steps" in inspect.signature(keras.optimizers.Adam).parameters
+    model = classifier(keras.optimizers.Adam(**({"gradient_accumulation_steps": 2} if accumulates else {})))
+    return fitted(model, model.fit(dataset(), epochs=2, verbose=0), accumulates=int(accumulates))
+
+
+@scenario
+def own_backup_and_h5(out: str) -> dict:
+    """The script's own BackupAndRestore, validation every second epoch, the model saved as .h5 and by
+    keras.saving.save_model, the .h5 loaded back."""
+    model = classifier()
+    history = model.fit(x, y, batch_size=BATCH, epochs=4, shuffle=False, validation_data=(x_val, y_val),
+                        validation_freq=2, verbose=0,
+                        callbacks=[keras.callbacks.BackupAndRestore(os.path.join(out, "backup"))])
+    model.save(os.path.join(out, "model.h5"))
+    keras.saving.save_model(model, os.path.join(out, "saved.keras"))
+    loaded = keras.models.load_model(os.path.join(out, "model.h5"))
+    return fitted(model, history, val_loss=numbers(history.history["val_loss"]),
+                  reloaded=numbers(loaded.evaluate(x, y, batch_size=BATCH, verbose=0)), files=files(out))
 
 
 @scenario
