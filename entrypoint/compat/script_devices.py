@@ -7,7 +7,7 @@ strategy's server, Horovod's ranks), and TensorFlow refuses the call: "Virtual d
 being initialized". Plain python's numbers do not depend on the split: its replicas share each global batch, as
 distrain's ranks do (the script's `MirroredStrategy` is distrain's, compat/adopt.py). So a configuration that can
 no longer be applied is skipped with one line; one TensorFlow can still apply (or refuses for another reason)
-goes through as under plain python. Not installed in one process, where distrain starts nothing before the script.
+goes through as under plain python. Not installed under `single`, where distrain starts nothing before the script.
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ def install(tf: Any, mode: str) -> None:
                     raise
                 if not warned:
                     warned.append(True)
-                    log().warning(f"the script splits {getattr(device, 'name', device)} into "
-                                  f"{len(logical_devices or [])} logical devices, but distrain's {mode} started "
-                                  f"TensorFlow before the script: one device per rank kept (its strategy is "
-                                  f"distrain's)")
+                    log().warning(f"the script configures {getattr(device, 'name', device)} as "
+                                  f"{len(logical_devices or [])} logical device(s) (set_logical_device_configuration) "
+                                  f"after distrain's {mode} started TensorFlow: skipped, one device per rank kept (its "
+                                  f"strategy is distrain's; a memory limit in it is not applied)")
                 return None
 
         configure._distrain_skips_late_configuration = True
