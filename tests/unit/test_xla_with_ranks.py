@@ -1,13 +1,13 @@
-"""compile's jit_compile with several ranks (runner._xla_where_it_works): what each mode and device gets, without
-TensorFlow (a stand-in for tf.config). The CPU refusal itself runs for real in integration/test_bad_input.py."""
+"""compile's jit_compile with several ranks (fit/compile_arguments._xla_where_it_works): what each mode and device
+gets, without TensorFlow (a stand-in for tf.config). The CPU refusal runs for real in integration/test_bad_input.py."""
 
 from types import SimpleNamespace
 
 import pytest
 
 from entrypoint.errors import EnvironmentProblem
+from entrypoint.fit.compile_arguments import _xla_where_it_works
 from entrypoint.keras_family import KERAS3, TF_KERAS
-from entrypoint.runner import _xla_where_it_works
 
 pytestmark = pytest.mark.unit
 
