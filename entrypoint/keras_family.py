@@ -154,8 +154,8 @@ def horovod_use(source: str) -> dict[str, bool]:
     """The Plan's fields on the script's own Horovod: `script_uses_horovod` (any part of it: its Keras API, its
     TensorFlow API; it averages what it means to) and `script_uses_horovod_tf` (uses_horovod_tensorflow)."""
     modules = imported_modules(source)
-    return {"script_uses_horovod": any(m == "horovod" or m.startswith("horovod.") for m in modules),
-            "script_uses_horovod_tf": uses_horovod_tensorflow(source)}
+    return {"script_uses_horovod": _imports(modules, "horovod"),
+            "script_uses_horovod_tf": "horovod.tensorflow" in modules}  # as uses_horovod_tensorflow, one parse
 
 
 def uses_horovod_tensorflow(source: str) -> bool:
