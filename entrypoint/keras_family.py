@@ -150,6 +150,33 @@ def _imports(modules: frozenset[str], package: str) -> bool:
     return any(name == package or name.startswith(package + ".") for name in modules)
 
 
+def _fallback_order(source: str) -> tuple[str, str] | None:
+    """(tried, fallback) where the script imports one Keras in a `try` and the other in its `except ImportError`
+    (`try: import tf_keras as keras` / `except ImportError: import keras`): plain python gets the first installed."""
+    import ast
+
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Try):
+            continue
+        tried = imported_modules(ast.unparse(node.body))
+        fallen = imported_modules("\n".join(ast.unparse(handler.body) for handler in node.handlers))
+        for first, second in (("tf_keras", "keras"), ("keras", "tf_keras")):
+            if _imports(tried, first) and _imports(fallen, second):
+                return first, second
+    return None
+
+
+def _tf_keras_first(source: str, versions: Mapping[str, str]) -> bool:
+    """A script that imports both Keras gets tf_keras from plain python where it tries tf_keras first and tf_keras
+    is installed; it gets keras where it tries keras first (it is installed with TensorFlow). Otherwise which one
+    trains is decided as it runs (an `if` on its arguments), after distrain must have chosen: the user says."""
+    order = _fallback_order(source)
+    if order is None:
+        raise ConfigError("the script imports both keras (Keras 3) and tf_keras: say which one it trains with, "
+                          "DISTRAIN_KERAS=keras3 or DISTRAIN_KERAS=legacy (tf_keras)")
+    return order[0] == "tf_keras" and "tf_keras" in versions
+
+
 def horovod_use(source: str) -> dict[str, bool]:
     """The Plan's fields on the script's own Horovod: `script_uses_horovod` (any part of it: its Keras API, its
     TensorFlow API; it averages what it means to) and `script_uses_horovod_tf` (uses_horovod_tensorflow)."""
@@ -175,7 +202,10 @@ def choose(env: Mapping[str, str], source: str, versions: Mapping[str, str]) -> 
     if flag(env, "TF_USE_LEGACY_KERAS"):
         return "legacy", "TF_USE_LEGACY_KERAS=1 is set: tf.keras is tf_keras"
     modules = imported_modules(source)
-    if _imports(modules, "tf_keras") or _SETS_TF_USE_LEGACY_KERAS.search(source):
+    both = _imports(modules, "tf_keras") and _imports(modules, "keras")
+    if both and _tf_keras_first(source, versions):
+        return "legacy", "the script imports tf_keras where it is installed (else keras)"
+    if not both and _imports(modules, "tf_keras") or _SETS_TF_USE_LEGACY_KERAS.search(source):
         return "legacy", "the script imports tf_keras or sets TF_USE_LEGACY_KERAS"
     # Horovod's Keras API (horovod.tensorflow.keras, horovod.keras) drives tf_keras only: with Keras 3 its callbacks
     # fail and its DistributedOptimizer silently averages nothing (horovod#4290)

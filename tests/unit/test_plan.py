@@ -321,3 +321,20 @@ def test_keras_writes_its_config_in_the_runs_state_only_for_a_user_without_a_ker
     assert "KERAS_HOME" not in dict(detect({**env, "KERAS_HOME": "/mine"}, gpus=[]).env_set)  # the user's own
     (home / ".keras").mkdir()  # their config and downloaded datasets: left as they are
     assert "KERAS_HOME" not in dict(detect(env, gpus=[], script=str(tmp_path / "train.py")).env_set)
+
+
+def test_a_script_importing_both_keras_gets_the_one_plain_python_gets_or_is_asked(tmp_path):
+    """`import keras` is Keras 3 under plain python: a script importing both is not made tf_keras by a guess."""
+    script = tmp_path / "train.py"
+    script.write_text("try:\n    import tf_keras as keras\nexcept ImportError:\n    import keras\n")
+    assert detect({}, gpus=[], script=str(script), packages=KERAS3_TF217).keras == "legacy"
+    without_tf_keras = {k: v for k, v in KERAS3_TF217.items() if k != "tf_keras"}
+    assert detect({}, gpus=[], script=str(script), packages=without_tf_keras).keras == "keras3"
+    script.write_text("try:\n    import keras\nexcept ModuleNotFoundError:\n    import tf_keras as keras\n")
+    assert detect({}, gpus=[], script=str(script), packages=KERAS3_TF217).keras == "keras3"
+    # chosen as it runs (the conformance script's `--keras legacy`): the user says which, in one line
+    script.write_text("import sys\nif '--legacy' in sys.argv:\n    import tf_keras as keras\nelse:\n    import keras\n")
+    with pytest.raises(ConfigError, match="imports both keras .* DISTRAIN_KERAS=keras3 or DISTRAIN_KERAS=legacy"):
+        detect({}, gpus=[], script=str(script), packages=KERAS3_TF217)
+    assert detect({"DISTRAIN_KERAS": "keras3"}, gpus=[], script=str(script), packages=KERAS3_TF217).keras == "keras3"
+    assert detect({"TF_USE_LEGACY_KERAS": "1"}, gpus=[], script=str(script), packages=KERAS3_TF217).keras == "legacy"
