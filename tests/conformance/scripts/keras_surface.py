@@ -370,18 +370,35 @@ def from_generator_dataset(out: str) -> dict:
     return fitted(model, model.fit(finite, epochs=2, verbose=0))
 
 
-if hasattr(keras.utils, "PyDataset"):
-    class Batches(keras.utils.PyDataset):
-        def __len__(self) -> int:
-            return SAMPLES // BATCH
+class Batches(getattr(keras.utils, "PyDataset", keras.utils.Sequence)):
+    """The data as Keras' PyDataset (tf_keras: its Sequence, whose workers are fit's arguments)."""
 
-        def __getitem__(self, index: int):  # noqa: ANN204
-            return x[index * BATCH:(index + 1) * BATCH], y[index * BATCH:(index + 1) * BATCH]
+    def __len__(self) -> int:
+        return SAMPLES // BATCH
 
-    @scenario
-    def py_dataset_with_workers(out: str) -> dict:
-        model = classifier()
-        return fitted(model, model.fit(Batches(workers=2), epochs=2, verbose=0))
+    def __getitem__(self, index: int):  # noqa: ANN204
+        return x[index * BATCH:(index + 1) * BATCH], y[index * BATCH:(index + 1) * BATCH]
+
+
+def read_by_workers(model, processes: bool):  # noqa: ANN001, ANN201
+    if hasattr(keras.utils, "PyDataset"):
+        return model.fit(Batches(workers=2, use_multiprocessing=processes), epochs=2, verbose=0)
+    # Unshuffled: tf_keras' OrderedEnqueuer draws the next epoch's order in its thread whenever an epoch's end outlasts
+    # its 0.1 s poll, so plain python's own orders depend on timing (tests/README.md, `py_dataset_with_workers`).
+    return model.fit(Batches(), epochs=2, verbose=0, workers=2, use_multiprocessing=processes, shuffle=False)
+
+
+@scenario
+def py_dataset_with_workers(out: str) -> dict:
+    model = classifier()
+    return fitted(model, read_by_workers(model, processes=False))
+
+
+@scenario
+def py_dataset_multiprocessing(out: str) -> dict:
+    """Read by worker processes (`use_multiprocessing`), the batches still in their order."""
+    model = classifier()
+    return fitted(model, read_by_workers(model, processes=True))
 
 
 def written_once(folder: str, write) -> str:  # noqa: ANN001
