@@ -169,9 +169,13 @@ def _rank_slices(dataset: Any, rank: int, size: int) -> Any:
         try:  # private, as _known_batch_size's helper: a TensorFlow without it gets the map below
             from tensorflow.python.data.experimental.ops.distribute import _LegacyRebatchDataset
 
-            return _LegacyRebatchDataset(dataset, size).shard(size, rank)
+            shares = _LegacyRebatchDataset(dataset, size).shard(size, rank)
         except (ImportError, AttributeError, TypeError):
             pass
+        else:  # a shard's count is unknown to tf.data: Keras 3.3 then trains one more (empty) step an epoch, whose
+            # update with no gradient still counts an iteration and decays Adam's moments (#69: other numbers)
+            count = int(dataset.cardinality())
+            return shares.apply(tf.data.experimental.assert_cardinality(count)) if count >= 0 else shares
 
     def cut(*element: Any) -> Any:
         element = element[0] if len(element) == 1 else element

@@ -474,6 +474,14 @@ def own_backup_and_h5(out: str) -> dict:
 
 
 @scenario
+def own_backup_over_tf_data(out: str) -> dict:
+    """The script's own BackupAndRestore (distrain's checkpoints then stand aside) over a tf.data dataset, Adam."""
+    model = classifier()
+    backup = keras.callbacks.BackupAndRestore(os.path.join(out, "backup"))
+    return fitted(model, model.fit(dataset(), epochs=3, verbose=0, callbacks=[backup]))
+
+
+@scenario
 def pandas_frame(out: str) -> dict:
     """A pandas DataFrame and Series given to fit (a validation split, Keras' shuffle), evaluate and predict."""
     import pandas as pd
