@@ -266,6 +266,20 @@ def test_zero_code_horovod_without_checkpoints_trains_plain_kerass_numpy_orders(
     assert [" ".join(shares) for shares in zip(ranks["ids-rank0.txt"], ranks["ids-rank1.txt"])] == want
 
 
+def test_the_scripts_own_backup_under_horovod_resumes_as_plain_python_resumes_it(tmp_path):
+    """The script's own BackupAndRestore (distrain's checkpoints stand aside): stopped mid-epoch under Horovod x2 and
+    rerun, the run ends with the weights plain python ends with, stopped at the same step and rerun (both resume at
+    the interrupted epoch's start, from the backup the chief alone wrote)."""
+    ends = {}
+    for name, launcher in (("plain", ["python"]), ("horovod", LAUNCHERS["horovod"])):
+        for attempt, stop in enumerate(({"STOP_AT": "2:3", "DISTRAIN_STOP_CHECK_SECONDS": "0"}, {})):
+            out = train(launcher, tmp_path / name, tmp_path / f"state-{name}", "keras3", "tfdata",
+                        args=("--own-backup",), **stop)
+            assert out.returncode == ((-15 if name == "plain" else 75) if attempt == 0 else 0), out.stdout[-3000:]
+        ends[name] = np.load(tmp_path / name / "weights.npy")
+    np.testing.assert_allclose(ends["horovod"], ends["plain"], rtol=1e-5)
+
+
 @pytest.mark.parametrize(("before", "after"), [("mwm", "single"), ("single", "mwm")])
 def test_a_run_resumes_on_another_number_of_workers(tmp_path, kept_runs, before, after):
     """Stopped on 2 workers and resumed on 1 (or the reverse): the same global batches go on from the same step,

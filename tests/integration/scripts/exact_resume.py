@@ -36,6 +36,8 @@ parser.add_argument("--no-input-shape", action="store_true", help="a Sequential 
 parser.add_argument("--reduce-lr-on-plateau", action="store_true",
                     help="ReduceLROnPlateau(monitor='loss', patience=0): the learning rate halves at the end of "
                          "every epoch from the second on (its min_delta of 10 counts no epoch as an improvement)")
+parser.add_argument("--own-backup", action="store_true",
+                    help="the script's own BackupAndRestore into DIR/backup (the Keras guides' fault tolerance)")
 args = parser.parse_args()
 
 tf.keras.utils.set_random_seed(1)
@@ -125,6 +127,8 @@ callbacks = [StopAt(*map(int, stop_at.split(":")), crash="CRASH_AT" in os.enviro
                     kill="KILL_AT" in os.environ)] if stop_at else []
 if args.reduce_lr_on_plateau:
     callbacks.append(tf.keras.callbacks.ReduceLROnPlateau(monitor="loss", factor=0.5, patience=0, min_delta=10.0))
+if args.own_backup:
+    callbacks.append(tf.keras.callbacks.BackupAndRestore(os.path.join(args.out, "backup")))
 if args.input == "numpy":
     model.fit(x, y, batch_size=args.batch_size, epochs=args.epochs, shuffle=True, callbacks=callbacks)
 elif args.input == "tfdata":
