@@ -15,7 +15,15 @@ import sys
 import traceback
 from typing import Any, Callable, NoReturn, Optional, TypeVar
 
-from .errors import EXIT_PREEMPTED, EXIT_USAGE, EXIT_WORKER_FAILED, ConfigError, DistrainError, RunStopped
+from .errors import (
+    EXIT_ENVIRONMENT,
+    EXIT_PREEMPTED,
+    EXIT_USAGE,
+    EXIT_WORKER_FAILED,
+    ConfigError,
+    DistrainError,
+    RunStopped,
+)
 
 Func = TypeVar("Func", bound=Callable)
 DEFAULT_WORKERS = 2  # `launch` without -n (cli's typer option says the same)
@@ -160,6 +168,7 @@ def _run_and_record_the_end(plan: Any, path: str, args: list[str]) -> None:
             os._exit(EXIT_WORKER_FAILED)
         from .container_paths import outside
         from .endings import one_line
+        from .one_process_loops import outside_the_strategy
         from .user_site import unread_module
 
         unbound = outside(exc, plan.container) or unread_module(exc, os.environ)
@@ -167,6 +176,11 @@ def _run_and_record_the_end(plan: Any, path: str, args: list[str]) -> None:
             ending.record(EXIT_USAGE, unbound)
             sys.stderr.write(f"{plan.line_prefix}distrain: error: {unbound}\n")
             raise SystemExit(EXIT_USAGE) from None
+        one_process = outside_the_strategy(exc, plan.mode, plan.replicas)
+        if one_process:  # plain python runs it: a loop distrain's replicas cannot take, said in one line
+            ending.record(EXIT_ENVIRONMENT, one_process)
+            sys.stderr.write(f"{plan.line_prefix}distrain: error: {one_process}\n")
+            raise SystemExit(EXIT_ENVIRONMENT) from None
         ending.record(1, one_line(exc))
         traceback.print_exc()
         sys.stderr.flush()

@@ -44,9 +44,9 @@ class UnaveragedUpdate(EnvironmentProblem):
 def refusal(ranks: int) -> EnvironmentProblem:
     return UnaveragedUpdate(
         f"the script updates variables with an optimizer it did not give compile() (a custom loop, or a train_step "
-        f"with optimizers of its own): under zero-code Horovod its {ranks} ranks would each train alone; run it under "
-        f"MWM (`distrain launch`, jobs/mwm.job), where its loop is distributed, or average its gradients with "
-        f"hvd.DistributedGradientTape")
+        f"with optimizers of its own): under zero-code Horovod its {ranks} ranks would each train alone; written for a "
+        f"strategy (`strategy.run`), run it under MWM (`distrain launch`, jobs/mwm.job), where it is distributed; "
+        f"else average its gradients with hvd.DistributedGradientTape, or run it as one process (`distrain run`)")
 
 
 def install(updates: tuple[str, ...], ranks: int, is_horovods: Callable[[Any], bool]) -> None:

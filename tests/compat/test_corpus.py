@@ -90,6 +90,25 @@ def test_a_custom_loop_its_own_optimizer_updates_is_refused_under_zero_code_horo
     assert "the script updates variables with an optimizer it did not give compile()" in out.stdout
 
 
+@pytest.mark.parametrize(("family", "mode"), [("keras3", "single"), ("keras3", "mwm"), ("legacy", "mwm"),
+                                            ("legacy", "horovod")])
+def test_a_training_loop_written_for_one_process_runs_as_one_and_is_refused_in_one_line_under_ranks(family, mode):
+    """The Keras guide's loop from scratch (no strategy; a model built on its first batch, BatchNormalization): one
+    process prints plain python's losses; under MWM its variables are mirrored, which TensorFlow refuses deep in
+    its step (before: a traceback wall per rank, Keras 3's `DistributedVariable.handle`, tf_keras' loss
+    reduction): one line, exit 3; under Horovod its first update is refused (nothing would average it)."""
+    script = [str(SCRIPTS / "keras_guide_training_loop.py"), "--keras", family]
+    out = run([*LAUNCH[mode][0], *script], env=clean_env(DISTRAIN_KERAS=family), timeout=300)
+    if mode == "single":
+        plain = run(["python", *script], env=clean_env(), timeout=300)
+        losses = [line for line in plain.stdout.splitlines() if line.startswith("epoch ")]
+        assert out.returncode == 0 and len(losses) == 2 and all(line in out.stdout for line in losses), out.stdout
+        return
+    assert out.returncode == 3 and "Traceback" not in out.stdout and "epoch 0" not in out.stdout, out.stdout[-3000:]
+    said = "trains outside `strategy.run`" if mode == "mwm" else "an optimizer it did not give compile()"
+    assert said in out.stdout and "run it as one process (`distrain run`)" in out.stdout, out.stdout[-3000:]
+
+
 def assert_work_split(found: list[dict], ranks: int) -> None:
     """The samples trained on (scripts with the counting layer) add up to one pass over the data per epoch in
     total, in about equal shares: the work is split between the ranks, never done twice."""

@@ -14,7 +14,7 @@ LAYERS = [  # bottom to top; a module's layer is that of the longest prefix nami
     ("base", ["errors", "log", "startup_stop"]),
     ("decision", ["settings", "workdirs", "slurm", "runs", "ports", "gpus", "world", "keras_family", "plan",
                   "devices", "peers", "endings", "container_paths",
-                  "user_site"]),
+                  "user_site", "one_process_loops"]),
     ("setup", ["engines", "compat", "runtime", "packages"]),
     ("inside fit", ["fit"]),
     ("the run", ["runner", "restarts", "launcher"]),
