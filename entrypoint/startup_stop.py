@@ -49,6 +49,18 @@ def install() -> None:
     _STOP.previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
     _STOP.active = True
     threading.Thread(target=_watch, args=(read_fd,), name="distrain-startup-stop", daemon=True).start()
+    os.register_at_fork(after_in_child=_python_defaults_in_a_forked_child)
+
+
+def _python_defaults_in_a_forked_child() -> None:
+    """A process the script forks (PyDataset's `use_multiprocessing`, a multiprocessing Pool) is not a worker: its
+    stop signals are Python's defaults again, as under plain python, so its parent's `pool.terminate()` ends it.
+    With distrain's handlers it lived on, its pool's parent waiting on it for ever (#69)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    with contextlib.suppress(ValueError):
+        signal.set_wakeup_fd(-1)
 
 
 def when_stopped(record: Callable[[str], None]) -> None:

@@ -1,0 +1,25 @@
+"""A script whose fit forks a process (as PyDataset's `use_multiprocessing` and a multiprocessing Pool do) and
+terminates it, as `pool.terminate()` does: prints the child's exit code (-15, SIGTERM's, under plain python)."""
+import multiprocessing
+import time
+
+import keras
+import numpy as np
+
+
+class ForkAndTerminate(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 0:
+            child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(30,))
+            child.start()
+            time.sleep(0.5)
+            child.terminate()
+            child.join(timeout=10)
+            print(f"child exit code {child.exitcode}", flush=True)
+            if child.exitcode is None:
+                child.kill()
+
+
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+model.compile("sgd", "mse")
+model.fit(np.zeros((8, 4)), np.zeros((8, 1)), batch_size=4, epochs=1, verbose=0, callbacks=[ForkAndTerminate()])
