@@ -8,8 +8,10 @@ Every input is unshuffled or a seeded tf.data pipeline, so the global batches ar
 Each scenario catches its own failure (`status=error:...`); one that runs past DEADLINE_SECONDS ends the process
 with `status=timeout` (a collective that never completes cannot be caught).
 """
+import faulthandler
 import inspect
 import json
+import multiprocessing
 import os
 import sys
 import threading
@@ -581,6 +583,9 @@ def run(names: list[str]) -> None:
         def deadline(name: str = name, done: threading.Event = done) -> None:
             if not done.wait(DEADLINE_SECONDS):
                 print(f"CONFORM name={name} status=timeout", flush=True)
+                faulthandler.dump_traceback(sys.stdout, all_threads=True)  # where it waits, for the test's output
+                for child in multiprocessing.active_children():  # a pool's workers would keep the output open
+                    child.kill()
                 os._exit(3)
 
         threading.Thread(target=deadline, daemon=True).start()
