@@ -583,7 +583,8 @@ def run(names: list[str]) -> None:
         def deadline(name: str = name, done: threading.Event = done) -> None:
             if not done.wait(DEADLINE_SECONDS):
                 print(f"CONFORM name={name} status=timeout", flush=True)
-                faulthandler.dump_traceback(sys.stdout, all_threads=True)  # where it waits, for the test's output
+                with open(os.path.join(OUT, f"{name}-rank{RANK}-stacks.txt"), "w") as stacks:  # where it waited
+                    faulthandler.dump_traceback(stacks, all_threads=True)
                 for child in multiprocessing.active_children():  # a pool's workers would keep the output open
                     child.kill()
                 os._exit(3)
