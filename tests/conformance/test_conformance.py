@@ -51,8 +51,7 @@ RACES = {("mwm", "keras3", "own_one_device_strategy")}
 CORE_SCENARIOS = ("global_clipnorm", "builtin_callbacks", "save_then_load", "kfold_best_checkpoints",
                   "custom_train_step", "stop_training_on_one_rank", "steps_per_execution", "python_generator",
                   "image_directory", "tf_train_checkpoint", "export_saved_model", "own_one_device_strategy",
-                  "jit_compile", "ema", "gradient_accumulation", "own_backup_and_h5", "pandas_frame",
-                  "py_dataset_multiprocessing")
+                  "jit_compile", "ema", "gradient_accumulation", "own_backup_and_h5", "pandas_frame")
 
 
 def _version(text: str) -> tuple[int, ...]:
