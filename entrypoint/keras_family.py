@@ -205,7 +205,7 @@ def choose(env: Mapping[str, str], source: str, versions: Mapping[str, str]) -> 
     both = _imports(modules, "tf_keras") and _imports(modules, "keras")
     if both and _tf_keras_first(source, versions):
         return "legacy", "the script imports tf_keras where it is installed (else keras)"
-    if not both and _imports(modules, "tf_keras") or _SETS_TF_USE_LEGACY_KERAS.search(source):
+    if (not both and _imports(modules, "tf_keras")) or _SETS_TF_USE_LEGACY_KERAS.search(source):
         return "legacy", "the script imports tf_keras or sets TF_USE_LEGACY_KERAS"
     # Horovod's Keras API (horovod.tensorflow.keras, horovod.keras) drives tf_keras only: with Keras 3 its callbacks
     # fail and its DistributedOptimizer silently averages nothing (horovod#4290)
