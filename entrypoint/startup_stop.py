@@ -49,18 +49,37 @@ def install() -> None:
     _STOP.previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
     _STOP.active = True
     threading.Thread(target=_watch, args=(read_fd,), name="distrain-startup-stop", daemon=True).start()
-    os.register_at_fork(after_in_child=_python_defaults_in_a_forked_child)
+    os.register_at_fork(before=_hold_stop_signals, after_in_parent=_release_stop_signals,
+                        after_in_child=_python_defaults_in_a_forked_child)
+
+
+_FORKING = threading.local()  # the stop signals this thread blocked around its fork (the others were already)
+
+
+def _hold_stop_signals() -> None:
+    """Before a fork: the forking thread blocks the stop signals, so a child it forks holds any that arrive before
+    its handlers are Python's defaults again. Keras 3.3's PyDataset terminates a pool it has just forked when an
+    epoch ends as the next starts: a SIGTERM that came before the child's reset ran distrain's Python-level handler,
+    then found SIG_DFL (Python drops it), and the child lived on while its parent joined it for ever (#69). The
+    process's other threads still take the parent's signals."""
+    _FORKING.blocked = set(STOP_SIGNALS) - signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+
+def _release_stop_signals() -> None:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, getattr(_FORKING, "blocked", ()))
 
 
 def _python_defaults_in_a_forked_child() -> None:
     """A process the script forks (PyDataset's `use_multiprocessing`, a multiprocessing Pool) is not a worker: its
     stop signals are Python's defaults again, as under plain python, so its parent's `pool.terminate()` ends it.
-    With distrain's handlers it lived on, its pool's parent waiting on it for ever (#69)."""
+    With distrain's handlers it lived on, its pool's parent waiting on it for ever (#69). A signal held since the
+    fork (`_hold_stop_signals`) is delivered now, to the defaults."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGUSR1, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     with contextlib.suppress(ValueError):
         signal.set_wakeup_fd(-1)
+    _release_stop_signals()
 
 
 def when_stopped(record: Callable[[str], None]) -> None:
