@@ -53,7 +53,7 @@ def install() -> None:
                         after_in_child=_python_defaults_in_a_forked_child)
 
 
-_FORKING = threading.local()  # the stop signals this thread blocked around its fork (the others were already)
+_BLOCKED_FOR_FORK: dict[int, set] = {}  # by thread: the stop signals it blocked around its fork (not already blocked)
 
 
 def _hold_stop_signals() -> None:
@@ -62,11 +62,12 @@ def _hold_stop_signals() -> None:
     epoch ends as the next starts: a SIGTERM that came before the child's reset ran distrain's Python-level handler,
     then found SIG_DFL (Python drops it), and the child lived on while its parent joined it for ever (#69). The
     process's other threads still take the parent's signals."""
-    _FORKING.blocked = set(STOP_SIGNALS) - signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    already = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    _BLOCKED_FOR_FORK[threading.get_ident()] = set(STOP_SIGNALS) - already
 
 
 def _release_stop_signals() -> None:
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, getattr(_FORKING, "blocked", ()))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _BLOCKED_FOR_FORK.pop(threading.get_ident(), ()))
 
 
 def _python_defaults_in_a_forked_child() -> None:
