@@ -55,6 +55,9 @@ class KerasFamily:
     draws_numpy_orders_in_one_iterator: bool
     # compat/horovod_own_updates.py: where its optimizers apply gradients (`module:Class.method`, those that exist)
     optimizer_updates: tuple[str, ...]
+    # compat/horovod_sync_batchnorm.py: where `BatchNormalization(synchronized=True)` sums its moments over the
+    # replicas (`module:function` or `module:Class.method`; `a|b`: where one Keras or another has it)
+    synchronized_moments: str
 
 
 KERAS3 = KerasFamily("keras3", "keras", aliased_as_keras=False, needs_strategy_fit_fixes=True,
@@ -62,14 +65,18 @@ KERAS3 = KerasFamily("keras3", "keras", aliased_as_keras=False, needs_strategy_f
                      keeps_the_first_epochs_length=False, end_weights="end.weights.h5",
                      sums_step_logs_over_workers=False, sums_own_steps_gradients=False,
                      auto_jit_compiles_without_a_strategy=True, draws_numpy_orders_in_one_iterator=False,
-                     optimizer_updates=("keras.src.optimizers.base_optimizer:BaseOptimizer.apply",))
+                     optimizer_updates=("keras.src.optimizers.base_optimizer:BaseOptimizer.apply",),
+                     synchronized_moments="keras.src.backend.tensorflow.nn:_compute_moments_sync"
+                                          "|keras.src.backend.tensorflow.ops.nn:_compute_moments_sync")
 TF_KERAS = KerasFamily("legacy", "tf_keras", aliased_as_keras=True, needs_strategy_fit_fixes=False,
                        horovod_keras_api=True, subclasses_backup_and_restore=True, starts_by_skipping_steps=False,
                        keeps_the_first_epochs_length=True, end_weights="end", sums_step_logs_over_workers=True,
                        sums_own_steps_gradients=True, auto_jit_compiles_without_a_strategy=False,
                        draws_numpy_orders_in_one_iterator=True,
                        optimizer_updates=("tf_keras.src.optimizers.optimizer:Optimizer.apply_gradients",
-                                          "tf_keras.src.optimizers.legacy.optimizer_v2:OptimizerV2.apply_gradients"))
+                                          "tf_keras.src.optimizers.legacy.optimizer_v2:OptimizerV2.apply_gradients"),
+                       synchronized_moments="tf_keras.src.layers.normalization.batch_normalization"
+                                            ":BatchNormalizationBase._sync_calculate_mean_and_var")
 FAMILIES = {family.name: family for family in (KERAS3, TF_KERAS)}
 
 

@@ -32,7 +32,7 @@ from typing import Any
 from ..errors import EnvironmentProblem
 from ..log import get as log
 from ..plan import Plan
-from . import horovod_own_updates, script_devices
+from . import horovod_own_updates, horovod_sync_batchnorm, script_devices
 
 _STRATEGIES = (("distribute", "MultiWorkerMirroredStrategy"), ("distribute", "MirroredStrategy"),
                ("distribute.experimental", "MultiWorkerMirroredStrategy"), ("distribute", "OneDeviceStrategy"))
@@ -84,6 +84,7 @@ def install_strategy_adoption(engine: Any, plan: Plan, tf: Any) -> None:
         _adopt_mirrored_under_horovod(plan, tf)
         if engine.size > 1 and not plan.script_uses_horovod:
             horovod_own_updates.install(plan.family.optimizer_updates, engine.size, is_horovod_optimizer)
+            horovod_sync_batchnorm.install(plan.family.synchronized_moments)
         return
     _adopt_resolvers(plan, tf)
     if engine.strategy is None:

@@ -293,6 +293,16 @@ PATCHES: tuple[Patch, ...] = (
        ("keras.src.optimizers.optimizer:Optimizer.apply_gradients(self,grads_and_vars)",
         "keras.src.optimizers.legacy.optimizer_v2:OptimizerV2.apply_gradients(self,grads_and_vars)?"), "keras",
        _LEGACY, frozenset({"horovod"})),
+    _p("horovod_sync_batchnorm.keras3_moments", "BatchNormalization(synchronized=True) sums its moments over the "
+       "Horovod ranks, as over a strategy's replicas", "replaces", "process", "#69: under zero-code Horovod (no "
+       "strategy) each rank normalized its own share, silently not plain python's numbers (nor MWM's)",
+       ("keras.src.backend.tensorflow.nn:_compute_moments_sync(x,axes,keepdims)"
+        "|keras.src.backend.tensorflow.ops.nn:_compute_moments_sync(x,axes,keepdims)",), "keras", _K3,
+       frozenset({"horovod"})),
+    _p("horovod_sync_batchnorm.tf_keras_moments", "the same for tf_keras' BatchNormalization", "replaces",
+       "process", "as horovod_sync_batchnorm.keras3_moments",
+       ("keras.src.layers.normalization.batch_normalization:BatchNormalizationBase._sync_calculate_mean_and_var"
+        "(self,x,reduction_axes,keep_dims,mask)",), "keras", _LEGACY, frozenset({"horovod"})),
     _p("script_devices.logical_configuration", "a logical device configuration TensorFlow no longer takes is "
        "skipped with one line", "wraps", "process", "#69: TensorFlow's distributed-input tutorial splits the CPU "
        "itself: 'Virtual devices cannot be modified after being initialized' under MWM and Horovod",

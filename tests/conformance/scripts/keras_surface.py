@@ -464,6 +464,18 @@ def gradient_accumulation(out: str) -> dict:
 
 
 @scenario
+def synchronized_batchnorm(out: str) -> dict:
+    """BatchNormalization(synchronized=True), as TensorFlow's guides advise for several replicas: the global batch's
+    statistics, so one process's numbers in every mode (an unsynchronized layer normalizes each replica's share)."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(8),
+                              keras.layers.BatchNormalization(synchronized=True), keras.layers.Activation("relu"),
+                              keras.layers.Dense(2)])
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    return fitted(model, model.fit(dataset(), epochs=2, verbose=0))
+
+
+@scenario
 def own_backup_and_h5(out: str) -> dict:
     """The script's own BackupAndRestore, validation every second epoch, the model saved as .h5 and by
     keras.saving.save_model, the .h5 loaded back."""
