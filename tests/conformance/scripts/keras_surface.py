@@ -396,14 +396,11 @@ def py_dataset_with_workers(out: str) -> dict:
     return fitted(model, read_by_workers(model, processes=False))
 
 
+@scenario
 def py_dataset_multiprocessing(out: str) -> dict:
     """Read by worker processes (`use_multiprocessing`), the batches still in their order."""
     model = classifier()
     return fitted(model, read_by_workers(model, processes=True))
-
-
-if os.environ.get("DISTRAIN_TEST_TIER") == "full":  # hangs in some launches, cause open (#69): not in CI's tier
-    scenario(py_dataset_multiprocessing)
 
 
 def written_once(folder: str, write) -> str:  # noqa: ANN001
