@@ -21,11 +21,7 @@ LAUNCH = {
 }
 # Known to differ from plain python, not fixed yet (tests/README.md's table; #69): (mode, family, scenario) ->
 # (the Keras versions it differs on: from, up to but not including, why)
-KNOWN: dict[tuple[str, str, str], tuple[str, str | None, str]] = {
-    ("mwm", "keras3", "own_one_device_strategy"): ("3", "3.15", "the loaded model's fit in the scope: in some runs "
-                                                               "the workers create its metrics' variables in other "
-                                                               "orders (a collective fails)"),
-}
+KNOWN: dict[tuple[str, str, str], tuple[str, str | None, str]] = {}
 
 
 # Refused with one line where upstream cannot work (the table's notes): (mode, family, scenario) -> (the Keras
@@ -42,7 +38,7 @@ REFUSED: dict[tuple[str, str, str], tuple[str, str | None, str]] = {
 
 
 # differ in some runs only (a race): not held to "fails once fixed"
-RACES = {("mwm", "keras3", "own_one_device_strategy")}
+RACES: set[tuple[str, str, str]] = set()
 # The `core` run (the newest TensorFlow line, scripts/test.sh): the scenarios whose defects were found on Keras 3.15
 # (the table's "Keras 3.15" notes, #69 finding 9), the files every rank reads (TensorFlow's checkpoints and exports
 # too: their patches' targets are TensorFlow's), the agreed stop, the script's own strategy and backup, the
