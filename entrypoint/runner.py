@@ -390,7 +390,9 @@ def run_script(script: str, argv: list[str], engine: Engine | None, evened: batc
 
             script_gpu_pinning.install(engine.tf, engine.local_rank)
     elif engine is not None and engine.strategy is not None:
-        engine.tf.distribute.experimental_set_strategy(None)
+        from .compat import default_strategy
+
+        default_strategy.make_default(engine.tf, None)
         log().info("hooks off: the script runs as is, without the default strategy or hooks")
     startup_stop.hand_over(handlers_installed=False)  # hooks off: the script gets the signals' defaults
     sys.argv = [script, *argv]

@@ -112,7 +112,7 @@ def setup(plan: Plan | None = None, checked: bool = False,
     if engine.strategy is not None:
         from .compat import default_strategy
 
-        tf.distribute.experimental_set_strategy(engine.strategy)
+        default_strategy.make_default(tf, engine.strategy)
         default_strategy.keep_after_resets(tf, engine.strategy)
         default_strategy.load_saved_models_plain(tf, engine.strategy)
     _THIS_PROCESS.engine = engine

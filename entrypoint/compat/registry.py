@@ -271,6 +271,11 @@ PATCHES: tuple[Patch, ...] = (
        ("tensorflow.saved_model:load(export_dir)", "tensorflow.python.framework.ops:Graph._distribution_strategy_stack",
         "tensorflow.python.framework.ops:Graph._global_distribute_strategy_scope"), "tensorflow",
        modes=STRATEGY_MODES),
+    _p("default_strategy.scope_held", "the default strategy's scope object held by distrain, not only by the main "
+       "thread's local storage", "reads", "process", "#69: each process PyDataset forked printed a traceback per epoch "
+       "(the scope's variable_creator_scope closed in a thread that never entered it)",
+       ("tensorflow.python.framework.ops:Graph._global_distribute_strategy_scope",), "tensorflow",
+       modes=STRATEGY_MODES),
     _p("adopt.local_reads", "ON_READ variables read locally in cross-replica context", "replaces", "call",
        "one writer: the chief saves without a collective the other workers do not join",
        ("tensorflow.python.distribute.values:SyncOnReadVariable._get_cross_replica(self)",

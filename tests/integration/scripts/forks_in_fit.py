@@ -1,8 +1,10 @@
 """A script whose fit forks a process (as PyDataset's `use_multiprocessing` and a multiprocessing Pool do) and
 terminates it, as `pool.terminate()` does: prints the child's exit code (-15, SIGTERM's, under plain python). Then
 it terminates children the moment they are forked, as Keras 3.3's PyDataset does with a pool it has just started
-when an epoch ends as the next begins: prints how many ended (all, under plain python)."""
+when an epoch ends as the next begins: prints how many ended (all, under plain python); one more forked from
+another thread, as PyDataset's enqueuer forks."""
 import multiprocessing
+import threading
 import time
 
 import keras
@@ -23,6 +25,9 @@ class ForkAndTerminate(keras.callbacks.Callback):
         if batch == 1:
             ended = sum(terminated_at_once() == -15 for _ in range(CHILDREN))
             print(f"children terminated at once: {ended} of {CHILDREN} ended", flush=True)
+            from_a_thread = threading.Thread(target=terminated_at_once)  # as PyDataset's enqueuer forks
+            from_a_thread.start()
+            from_a_thread.join(timeout=10)
 
 
 CHILDREN = 20
