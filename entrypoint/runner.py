@@ -294,11 +294,13 @@ def _horovod_callbacks(engine: Engine, keras: Any, user: list) -> list:
     nothing the script already added itself)."""
     if engine.hvd is None:
         return []
+    notice = [sync.averaged_metrics_notice(keras, engine.plan.is_chief)] \
+        if engine.size > 1 and not engine.plan.script_uses_horovod else []
     if not engine.plan.family.horovod_keras_api:
         from .compat import keras3_horovod
 
-        return keras3_horovod.callbacks(keras, engine.hvd)
-    return [make() for name, make in (
+        return keras3_horovod.callbacks(keras, engine.hvd) + notice
+    return notice + [make() for name, make in (
         ("BroadcastGlobalVariablesCallback", lambda: engine.hvd.callbacks.BroadcastGlobalVariablesCallback(0)),
         ("MetricAverageCallback", engine.hvd.callbacks.MetricAverageCallback),
     ) if not adopt.has_horovod_callback(user, name)]

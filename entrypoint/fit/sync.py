@@ -240,3 +240,40 @@ def _averaged_logs(tf: Any) -> Callable[[Any], Any]:
         return {**logs, **{key: tf.cast(mean, logs[key].dtype) for key, mean in zip(keys, means)}}
 
     return averaged
+
+
+_SAID_AVERAGED = {"done": False}  # the notice below, once a process
+
+
+def averaged_metrics_notice(keras: Any, chief: bool) -> Any:
+    """Zero-code Horovod logs each metric as the mean of the ranks' values (Horovod's MetricAverageCallback, and
+    `_averaged_logs` for the batches): exact for means over equal shares (the loss, accuracy, MAE), not for a metric
+    whose result is a ratio or curve of its counts (Precision, Recall, AUC, F1Score): Keras 3.3 and tf_keras, 2
+    epochs, Horovod x2: precision 0.43413 where plain python and MWM log 0.4359, val_auc 0.56927 for 0.57467 (#69).
+    Until their states are summed over the ranks, the chief says so once, naming them, at the first epoch's end;
+    `evaluate` outside fit runs whole on every rank and is exact."""
+
+    class SayWhichMetricsAreAveraged(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            if _SAID_AVERAGED["done"] or not chief:
+                return
+            _SAID_AVERAGED["done"] = True
+            names = sorted({type(m).__name__ for m in _leaf_metrics(keras, self.model.metrics)
+                            if not isinstance(m, keras.metrics.Mean)})
+            if names:
+                log().warning(f"under Horovod fit logs {', '.join(names)} as the mean of the ranks' values, not "
+                              f"the global batch's as plain python (evaluate() is exact; MWM logs the global values)")
+
+    return SayWhichMetricsAreAveraged()
+
+
+def _leaf_metrics(keras: Any, metrics: list) -> list:
+    """The metric objects themselves, inside Keras 3's CompileMetrics containers."""
+    leaves = []
+    for metric in metrics:
+        inner = getattr(metric, "metrics", None)
+        if inner and type(metric).__name__ == "CompileMetrics":
+            leaves += _leaf_metrics(keras, list(inner))
+        elif isinstance(metric, keras.metrics.Metric):
+            leaves.append(metric)
+    return leaves

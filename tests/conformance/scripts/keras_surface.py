@@ -461,6 +461,21 @@ def gradient_accumulation(out: str) -> dict:
 
 
 @scenario
+def ratio_metrics(out: str) -> dict:
+    """Metrics that are not means of the batches (Precision, Recall, AUC), on the training and validation data:
+    fit's logs of them, as Keras computes them from the global counts."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(8, activation="relu"),
+                              keras.layers.Dense(1, activation="sigmoid")])
+    model.compile("adam", "binary_crossentropy",
+                  metrics=[keras.metrics.Precision(name="precision"), keras.metrics.Recall(name="recall"),
+                           keras.metrics.AUC(name="auc")])
+    history = model.fit(dataset(), epochs=2, verbose=0, validation_data=dataset().take(2))
+    return {**fitted(model, history), **{key: numbers(history.history[key])
+                                         for key in ("precision", "recall", "auc", "val_precision", "val_auc")}}
+
+
+@scenario
 def synchronized_batchnorm(out: str) -> dict:
     """BatchNormalization(synchronized=True), as TensorFlow's guides advise for several replicas: the global batch's
     statistics, so one process's numbers in every mode (an unsynchronized layer normalizes each replica's share)."""
