@@ -59,9 +59,9 @@ _BLOCKED_FOR_FORK: dict[int, set] = {}  # by thread: the stop signals it blocked
 def _hold_stop_signals() -> None:
     """Before a fork: the forking thread blocks the stop signals, so a child it forks holds any that arrive before
     its handlers are Python's defaults again. Keras 3.3's PyDataset terminates a pool it has just forked when an
-    epoch ends as the next starts: a SIGTERM that came before the child's reset ran distrain's Python-level handler,
-    then found SIG_DFL (Python drops it), and the child lived on while its parent joined it for ever (#69). The
-    process's other threads still take the parent's signals."""
+    epoch ends as the next starts: a SIGTERM that came before the child's reset was caught by Python's C-level
+    handler, whose Python handler was SIG_DFL by the time it ran (Python then drops the signal), and the child lived
+    on while its parent joined it for ever (#69). The process's other threads still take the parent's signals."""
     already = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     _BLOCKED_FOR_FORK[threading.get_ident()] = set(STOP_SIGNALS) - already
 
