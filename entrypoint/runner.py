@@ -95,7 +95,9 @@ def install_hooks(engine: Engine, keras: Any, tf: Any, evened: batches.EvenedInp
         fit_callbacks = _compose_callbacks(engine, keras, tf, stage, stage_number, self, args_, user, own_backup,
                                            _InputFacts(note_input, evened), signals)
         args_["callbacks"] = fit_callbacks.callbacks
-        _adapt_input(engine, keras, self, args_, user, note_input, fit_callbacks.position)
+        differs = _adapt_input(engine, keras, self, args_, user, note_input, fit_callbacks.position)
+        if any(differs) and plan.family.reads_epoch_logs_from_metric_states:
+            args_["callbacks"] = [*args_["callbacks"], _reads_over_ranks(engine, keras, differs)]
         backup = fit_callbacks.backup
         if backup is not None:
             resume.build_before_restore(self, args_, stage.checkpoint_dir)
@@ -294,8 +296,8 @@ def _horovod_callbacks(engine: Engine, keras: Any, user: list) -> list:
     nothing the script already added itself)."""
     if engine.hvd is None:
         return []
-    notice = [sync.averaged_metrics_notice(keras, engine.plan.is_chief)] \
-        if engine.size > 1 and not engine.plan.script_uses_horovod else []
+    notice = [sync.averaged_metrics_notice(keras, engine.plan.is_chief)] if engine.size > 1 and not \
+        engine.plan.script_uses_horovod and not engine.plan.family.reads_epoch_logs_from_metric_states else []
     if not engine.plan.family.horovod_keras_api:
         from .compat import keras3_horovod
 
@@ -334,10 +336,20 @@ def _splits_batches_between_ranks(engine: Engine, model: Any, user_callbacks: li
 
 
 def _adapt_input(engine: Engine, keras: Any, model: Any, arguments: dict, user_callbacks: list,
-                 note: Callable[[str], None], position: resume.Position | None) -> None:
-    if _splits_batches_between_ranks(engine, model, user_callbacks):
-        batches.adapt_fit_arguments(arguments, keras, rank=engine.rank, size=engine.size, note=note,
-                                    rank_share=position is not None and position.rank_share)
+                 note: Callable[[str], None], position: resume.Position | None) -> tuple[bool, bool]:
+    """Zero-code Horovod's split of the data; whether the ranks' training and validation data now differ."""
+    if not _splits_batches_between_ranks(engine, model, user_callbacks):
+        return False, False
+    return batches.adapt_fit_arguments(arguments, keras, rank=engine.rank, size=engine.size, note=note,
+                                       rank_share=position is not None and position.rank_share)
+
+
+def _reads_over_ranks(engine: Engine, keras: Any, differs: tuple[bool, bool]) -> Any:
+    """The epoch's and validation's metric logs from the states of every rank (compat/horovod_metric_states.py)."""
+    from .compat import horovod_metric_states
+
+    horovod_metric_states.install(engine.hvd, engine.tf)
+    return horovod_metric_states.reads_over_ranks(keras, *differs)
 
 
 def _stage_plan(plan: Any, stage: int) -> Any:

@@ -298,6 +298,11 @@ PATCHES: tuple[Patch, ...] = (
        ("keras.src.optimizers.optimizer:Optimizer.apply_gradients(self,grads_and_vars)",
         "keras.src.optimizers.legacy.optimizer_v2:OptimizerV2.apply_gradients(self,grads_and_vars)?"), "keras",
        _LEGACY, frozenset({"horovod"})),
+    _p("horovod_metric_states.summed_reads", "fit's epoch and validation logs read from the metric states summed "
+       "over the Horovod ranks", "wraps", "process", "#69: Horovod averaged the ranks' results: Precision, Recall "
+       "and AUC logged other numbers than plain python's", ("keras.src.trainers.trainer:Trainer."
+                                                             "_get_metrics_result_or_logs(self,logs)",), "keras",
+       _K3, frozenset({"horovod"})),
     _p("horovod_sync_batchnorm.keras3_moments", "BatchNormalization(synchronized=True) sums its moments over the "
        "Horovod ranks, as over a strategy's replicas", "replaces", "process", "#69: under zero-code Horovod (no "
        "strategy) each rank normalized its own share, silently not plain python's numbers (nor MWM's)",

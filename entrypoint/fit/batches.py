@@ -291,17 +291,18 @@ def before_distributing(evened: EvenedInputs) -> Callable[[Any, int], Any]:
 
 
 def adapt_fit_arguments(arguments: dict, keras: Any, *, rank: int, size: int, note: Callable[[str], None],
-                        rank_share: bool = False) -> None:
+                        rank_share: bool = False) -> tuple[bool, bool]:
     """Rewrite fit's bound arguments in place so that this rank of `size` trains on its share of each global batch
     (zero-code Horovod); `note` gets one line on what was done. rank_share: the input is already this rank's
-    share (exact resume's pipeline, resume.py)."""
+    share (exact resume's pipeline, resume.py). Returns whether the ranks' training and validation data now differ
+    (split here, or sharded by the script): only then are their metric states the global ones' parts."""
     x = arguments.get("x")
     batch_size = arguments.get("batch_size") or 32
     done = ""
     arrays_given = x is not None and is_array_input(x)
     if arrays_given and arguments.get("y") is None and arguments.get("sample_weight") is not None:
         note("sample_weight without y: the input is not split, every rank trains on all of it")
-        return
+        return False, False
     if rank_share:
         done = "batches positioned (exact resume, Keras' orders of numpy input) taken as global batches"
     elif arrays_given:
@@ -314,7 +315,7 @@ def adapt_fit_arguments(arguments: dict, keras: Any, *, rank: int, size: int, no
         done = f"arrays in global batches of {batch_size}"
     elif x is not None and is_dataset(x) and is_sharded(x):
         note("the script shards its dataset itself: left as it is")
-        return
+        return True, False
     elif x is not None and (shared := _share_of_batches(x, keras, rank, size)) is not None:
         arguments["x"], kind = shared
         done = f"{kind} batches taken as global batches"
@@ -324,9 +325,10 @@ def adapt_fit_arguments(arguments: dict, keras: Any, *, rank: int, size: int, no
         done = "generator batches taken as global batches"
     elif x is not None:
         note(f"input of type {type(x).__name__} is not split: every rank trains on all of it")
-    _adapt_validation(arguments, keras, batch_size, rank, size)
+    validation_differs = _adapt_validation(arguments, keras, batch_size, rank, size)
     if done:
         note(f"{done}, each rank training on its 1/{size} of every batch")
+    return bool(done), validation_differs
 
 
 def take_validation_split(arguments: dict) -> tuple:
@@ -361,17 +363,23 @@ def _cut_structure(batch: Any, rank: int, size: int) -> Any:
     return batch[start:end]
 
 
-def _adapt_validation(arguments: dict, keras: Any, batch_size: int, rank: int, size: int) -> None:
+def _adapt_validation(arguments: dict, keras: Any, batch_size: int, rank: int, size: int) -> bool:
+    """This rank's share of the validation data, where it can be split; whether the ranks' validation data differ."""
     data = arguments.get("validation_data")
     if data is None:
-        return
+        return False
     validation_batch = arguments.get("validation_batch_size") or batch_size
     if isinstance(data, tuple) and data and all(d is None or is_array_input(d) for d in data):
         arrays = tuple(d for d in data if d is not None)
         arguments["validation_data"] = array_dataset(arrays, validation_batch, False, rank, size)
         arguments.pop("validation_batch_size", None)
-    elif not (is_dataset(data) and is_sharded(data)) and (shared := _share_of_batches(data, keras, rank, size)):
+        return True
+    if is_dataset(data) and is_sharded(data):
+        return True
+    if shared := _share_of_batches(data, keras, rank, size):
         arguments["validation_data"] = shared[0]
+        return True
+    return False
 
 
 def _share_of_batches(data: Any, keras: Any, rank: int, size: int) -> tuple[Any, str] | None:

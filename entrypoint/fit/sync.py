@@ -250,7 +250,8 @@ def averaged_metrics_notice(keras: Any, chief: bool) -> Any:
     `_averaged_logs` for the batches): exact for means over equal shares (the loss, accuracy, MAE), not for a metric
     whose result is a ratio or curve of its counts (Precision, Recall, AUC, F1Score): Keras 3.3 and tf_keras, 2
     epochs, Horovod x2: precision 0.43413 where plain python and MWM log 0.4359, val_auc 0.56927 for 0.57467 (#69).
-    Until their states are summed over the ranks, the chief says so once, naming them, at the first epoch's end;
+    Keras 3's epoch logs are read from the states summed over the ranks (compat/horovod_metric_states.py); tf_keras
+    logs its last step's results, so for it the chief says so once, naming them, at the first epoch's end.
     `evaluate` outside fit runs whole on every rank and is exact."""
 
     class SayWhichMetricsAreAveraged(keras.callbacks.Callback):

@@ -21,11 +21,7 @@ LAUNCH = {
 }
 # Known to differ from plain python, not fixed yet (tests/README.md's table; #69): (mode, family, scenario) ->
 # (the Keras versions it differs on: from, up to but not including, why)
-KNOWN: dict[tuple[str, str, str], tuple[str, str | None, str]] = {
-    ("horovod", "keras3", "ratio_metrics"): ("3", None, "fit logs the mean of the ranks' precision, recall and AUC, "
-                                                        "not the global counts' (said in one line at the first "
-                                                        "epoch's end; evaluate is exact)"),
-}
+KNOWN: dict[tuple[str, str, str], tuple[str, str | None, str]] = {}
 
 
 # Refused with one line where upstream cannot work (the table's notes): (mode, family, scenario) -> (the Keras
