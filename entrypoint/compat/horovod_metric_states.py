@@ -27,7 +27,8 @@ _NEXT_READ = {"sums": ""}
 
 def install(hvd: Any, tf: Any) -> bool:
     """Wrap Keras 3's metric-log read once a process; False where this Keras has no such read."""
-    trainer_cls = getattr(importlib.import_module(TRAINER), "Trainer", None)
+    module = importlib.import_module(TRAINER)
+    trainer_cls = getattr(module, "Trainer", None) or getattr(module, "BaseTrainer", None)  # keras-nightly: BaseTrainer
     original = getattr(trainer_cls, "_get_metrics_result_or_logs", None)
     if original is None:
         return False

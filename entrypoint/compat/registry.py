@@ -301,6 +301,8 @@ PATCHES: tuple[Patch, ...] = (
     _p("horovod_metric_states.summed_reads", "fit's epoch and validation logs read from the metric states summed "
        "over the Horovod ranks", "wraps", "process", "#69: Horovod averaged the ranks' results: Precision, Recall "
        "and AUC logged other numbers than plain python's", ("keras.src.trainers.trainer:Trainer."
+                                                             "_get_metrics_result_or_logs(self,logs)|keras.src."
+                                                             "trainers.trainer:BaseTrainer."
                                                              "_get_metrics_result_or_logs(self,logs)",), "keras",
        _K3, frozenset({"horovod"})),
     _p("horovod_sync_batchnorm.keras3_moments", "BatchNormalization(synchronized=True) sums its moments over the "
