@@ -18,11 +18,13 @@ import functools
 import importlib
 from typing import Any
 
+from .keras3_mwm import summable_metric_states
+
 TRAINER = "keras.src.trainers.trainer"
 
-# which read the next `_get_metrics_result_or_logs` is, set by the fit's ReadsOverRanks callback: "epoch" (the
-# epoch's training logs), "validation" (fit's own validation), or "" (any other: left alone)
-_NEXT_READ = {"sums": ""}
+# whether the next `_get_metrics_result_or_logs` is one to sum (the epoch's training logs, fit's own validation's),
+# set by the fit's ReadsOverRanks callback; any other read is left alone
+_SUM_NEXT_READ = {"on": False}
 
 
 def install(hvd: Any, tf: Any) -> bool:
@@ -37,10 +39,9 @@ def install(hvd: Any, tf: Any) -> bool:
 
     @functools.wraps(original)
     def _get_metrics_result_or_logs(self: Any, logs: Any) -> Any:
-        if _NEXT_READ["sums"]:
-            _NEXT_READ["sums"] = ""
-            variables = [getattr(v, "value", v) for v in self.metrics_variables]
-            variables = [v for v in variables if v.dtype.is_floating or v.dtype.is_integer]
+        if _SUM_NEXT_READ["on"]:
+            _SUM_NEXT_READ["on"] = False
+            variables = summable_metric_states(self)
             if variables:
                 totals = hvd.grouped_allreduce([tf.identity(v) for v in variables], op=hvd.Sum,
                                                name="distrain_metric_states")
@@ -55,24 +56,24 @@ def install(hvd: Any, tf: Any) -> bool:
 
 
 def reads_over_ranks(keras: Any, training_differs: bool, validation_differs: bool) -> Any:
-    """The fit's callback that marks its next read as one to sum: the epoch's, where the ranks' training data differ
-    (at the epoch's first validation batch or its end, whichever comes first, the training read is done), and
-    its validation's, where theirs do. Every rank marks alike: the sum is a collective."""
+    """The fit's callback that marks its next read as one to sum: the epoch's (read after its last step, before
+    any validation), where the ranks' training data differ, and its validation's, where theirs do. Every rank marks
+    alike: the sum is a collective."""
 
     class ReadsOverRanks(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            _NEXT_READ["sums"] = "epoch" if training_differs else ""
+            _SUM_NEXT_READ["on"] = training_differs
 
         def on_test_begin(self, logs: Any = None) -> None:  # fit's own validation: its callbacks are fit's
-            _NEXT_READ["sums"] = "validation" if validation_differs else ""
+            _SUM_NEXT_READ["on"] = validation_differs
 
         def on_test_end(self, logs: Any = None) -> None:
-            _NEXT_READ["sums"] = ""
+            _SUM_NEXT_READ["on"] = False
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            _NEXT_READ["sums"] = ""
+            _SUM_NEXT_READ["on"] = False
 
         def on_train_end(self, logs: Any = None) -> None:
-            _NEXT_READ["sums"] = ""
+            _SUM_NEXT_READ["on"] = False
 
     return ReadsOverRanks()

@@ -348,14 +348,20 @@ def _sum_metric_states(original: Any, multi_worker: Any, tf: Any) -> Any:
     def _get_metrics_result_or_logs(self: Any, logs: Any) -> Any:
         strategy = self.distribute_strategy
         if multi_worker(strategy):
-            variables = [getattr(v, "value", v) for v in self.metrics_variables]
-            variables = [v for v in variables if v.dtype.is_floating or v.dtype.is_integer]
+            variables = summable_metric_states(self)
             if variables:
                 for variable, total in zip(variables, _all_sum(self, strategy, variables, tf)()):
                     variable.assign(tf.cast(total, variable.dtype))
         return original(self, logs)
 
     return _get_metrics_result_or_logs
+
+
+def summable_metric_states(model: Any) -> list:
+    """The model's metric states as tf.Variables (Keras 3 wraps one in `.value`), the numeric ones: what a sum over
+    workers or ranks adds up (here across MWM's workers; horovod_metric_states.py across Horovod's ranks)."""
+    variables = [getattr(v, "value", v) for v in model.metrics_variables]
+    return [v for v in variables if v.dtype.is_floating or v.dtype.is_integer]
 
 
 _METRIC_SUMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (its variables, their sum)
