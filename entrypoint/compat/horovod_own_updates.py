@@ -10,11 +10,11 @@ updates after the script's tape came from distrain's `dt.distributed_tape`.
 from __future__ import annotations
 
 import functools
-import importlib
 from collections.abc import Callable
 from typing import Any
 
 from ..errors import EnvironmentProblem
+from . import targets
 
 
 def averaged(optimizer: Any, is_horovods: Callable[[Any], bool]) -> bool:
@@ -52,13 +52,11 @@ def refusal(ranks: int) -> EnvironmentProblem:
 def install(updates: tuple[str, ...], ranks: int, is_horovods: Callable[[Any], bool]) -> None:
     """Refuse an update by an optimizer whose gradients no one averages over the `ranks` Horovod ranks. `updates`:
     the family's `module:Class.method`s that apply gradients (KerasFamily.optimizer_updates)."""
-    for target in updates:
-        module_name, _, qualified = target.partition(":")
-        class_name, _, method = qualified.partition(".")
-        try:
-            owner = getattr(importlib.import_module(module_name), class_name)
-        except (ImportError, AttributeError):
+    for update in updates:
+        found = targets.first(update)
+        if found is None:
             continue  # tf_keras without its legacy optimizers
+        owner, method, _ = found
         original = getattr(owner, method)
         if not getattr(original, "_distrain_refuses_unaveraged", False):
             # patch: horovod_own_updates.keras3_optimizers

@@ -15,23 +15,9 @@ unchanged").
 from __future__ import annotations
 
 import functools
-import importlib
 from typing import Any
 
-
-def _target(spelled: str) -> tuple[Any, str, bool] | None:
-    """(owner, attribute, is_method) of the first `module:name` or `module:Class.method` alternative that exists."""
-    for alternative in spelled.split("|"):
-        module_name, _, qualified = alternative.partition(":")
-        owner_name, _, attribute = qualified.rpartition(".")
-        try:
-            owner = importlib.import_module(module_name)
-            owner = getattr(owner, owner_name) if owner_name else owner
-        except (ImportError, AttributeError):
-            continue
-        if hasattr(owner, attribute):
-            return owner, attribute, bool(owner_name)
-    return None
+from . import targets
 
 
 def moments_over_ranks(x: Any, axes: Any, keepdims: bool, mask: Any = None) -> tuple[Any, Any]:
@@ -61,7 +47,7 @@ def moments_over_ranks(x: Any, axes: Any, keepdims: bool, mask: Any = None) -> t
 def install(synchronized_moments: str) -> bool:
     """Make the family's synchronized moments (KerasFamily.synchronized_moments) sum over the Horovod ranks; False
     where this Keras has no such function (registry.verify has refused a Keras it does not know)."""
-    found = _target(synchronized_moments)
+    found = targets.first(synchronized_moments)
     if found is None:
         return False
     owner, attribute, is_method = found

@@ -24,6 +24,7 @@ from typing import Any
 
 from ..errors import EnvironmentProblem
 from ..keras_family import FAMILIES, KERAS3, TF_KERAS, installed_versions
+from . import targets
 
 ALL_MODES = frozenset({"single", "mirrored", "mwm", "horovod"})
 STRATEGY_MODES = frozenset({"mirrored", "mwm"})
@@ -346,10 +347,8 @@ def _resolve(spec: str, family: str) -> tuple[Any, list[str]]:
     module_name, _, qualname = path.partition(":")
     if family == TF_KERAS.name and module_name.split(".")[0] == KERAS3.module:
         module_name = TF_KERAS.module + module_name[len(KERAS3.module):]
-    found: Any = importlib.import_module(module_name)
-    for part in qualname.split("."):
-        found = getattr(found, part)
-    return found, [p for p in params.rstrip(")").split(",") if p]
+    owner, attribute, _ = targets.resolve(module_name, qualname)
+    return getattr(owner, attribute), [p for p in params.rstrip(")").split(",") if p]
 
 
 def _check_one(spec: str, family: str) -> str | None:
