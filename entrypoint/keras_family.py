@@ -55,10 +55,9 @@ class KerasFamily:
     draws_numpy_orders_in_one_iterator: bool
     # compat/horovod_own_updates.py: where its optimizers apply gradients (`module:Class.method`, those that exist)
     optimizer_updates: tuple[str, ...]
-    # compat/horovod_metric_states.py: fit reads an epoch's and its validation's logs from the metric states
-    # (Keras 3's _get_metrics_result_or_logs), where they can be summed over Horovod's ranks; tf_keras logs its
-    # last step's results
-    reads_epoch_logs_from_metric_states: bool
+    # compat/horovod_metric_states.py: where fit and evaluate read an epoch's logs from the metric states, once its
+    # steps are done (`module:Class.method`; `a|b`: where one Keras or another has it)
+    metric_logs_read: str
     # compat/horovod_sync_batchnorm.py: where `BatchNormalization(synchronized=True)` sums its moments over the
     # replicas (`module:function` or `module:Class.method`; `a|b`: where one Keras or another has it)
     synchronized_moments: str
@@ -70,7 +69,8 @@ KERAS3 = KerasFamily("keras3", "keras", aliased_as_keras=False, needs_strategy_f
                      sums_step_logs_over_workers=False, sums_own_steps_gradients=False,
                      auto_jit_compiles_without_a_strategy=True, draws_numpy_orders_in_one_iterator=False,
                      optimizer_updates=("keras.src.optimizers.base_optimizer:BaseOptimizer.apply",),
-                     reads_epoch_logs_from_metric_states=True,
+                     metric_logs_read="keras.src.trainers.trainer:Trainer._get_metrics_result_or_logs"
+                                      "|keras.src.trainers.trainer:BaseTrainer._get_metrics_result_or_logs",
                      synchronized_moments="keras.src.backend.tensorflow.nn:_compute_moments_sync"
                                           "|keras.src.backend.tensorflow.ops.nn:_compute_moments_sync")
 TF_KERAS = KerasFamily("legacy", "tf_keras", aliased_as_keras=True, needs_strategy_fit_fixes=False,
@@ -80,7 +80,7 @@ TF_KERAS = KerasFamily("legacy", "tf_keras", aliased_as_keras=True, needs_strate
                        draws_numpy_orders_in_one_iterator=True,
                        optimizer_updates=("tf_keras.src.optimizers.optimizer:Optimizer.apply_gradients",
                                           "tf_keras.src.optimizers.legacy.optimizer_v2:OptimizerV2.apply_gradients"),
-                       reads_epoch_logs_from_metric_states=False,
+                       metric_logs_read="tf_keras.src.engine.training:Model._validate_and_get_metrics_result",
                        synchronized_moments="tf_keras.src.layers.normalization.batch_normalization"
                                             ":BatchNormalizationBase._sync_calculate_mean_and_var")
 FAMILIES = {family.name: family for family in (KERAS3, TF_KERAS)}

@@ -96,8 +96,7 @@ def install_hooks(engine: Engine, keras: Any, tf: Any, evened: batches.EvenedInp
                                            _InputFacts(note_input, evened), signals)
         args_["callbacks"] = fit_callbacks.callbacks
         differs = _adapt_input(engine, keras, self, args_, user, note_input, fit_callbacks.position)
-        if any(differs) and plan.family.reads_epoch_logs_from_metric_states:
-            args_["callbacks"] = [*args_["callbacks"], _reads_over_ranks(engine, keras, differs)]
+        args_["callbacks"] = [*_metric_read_markers(engine, keras, differs), *args_["callbacks"]]
         backup = fit_callbacks.backup
         if backup is not None:
             resume.build_before_restore(self, args_, stage.checkpoint_dir)
@@ -296,13 +295,11 @@ def _horovod_callbacks(engine: Engine, keras: Any, user: list) -> list:
     nothing the script already added itself)."""
     if engine.hvd is None:
         return []
-    notice = [sync.averaged_metrics_notice(keras, engine.plan.is_chief)] if engine.size > 1 and not \
-        engine.plan.script_uses_horovod and not engine.plan.family.reads_epoch_logs_from_metric_states else []
     if not engine.plan.family.horovod_keras_api:
         from .compat import keras3_horovod
 
-        return keras3_horovod.callbacks(keras, engine.hvd) + notice
-    return notice + [make() for name, make in (
+        return keras3_horovod.callbacks(keras, engine.hvd)
+    return [make() for name, make in (
         ("BroadcastGlobalVariablesCallback", lambda: engine.hvd.callbacks.BroadcastGlobalVariablesCallback(0)),
         ("MetricAverageCallback", engine.hvd.callbacks.MetricAverageCallback),
     ) if not adopt.has_horovod_callback(user, name)]
@@ -344,12 +341,19 @@ def _adapt_input(engine: Engine, keras: Any, model: Any, arguments: dict, user_c
                                        rank_share=position is not None and position.rank_share)
 
 
-def _reads_over_ranks(engine: Engine, keras: Any, differs: tuple[bool, bool]) -> Any:
-    """The epoch's and validation's metric logs from the states of every rank (compat/horovod_metric_states.py)."""
-    from .compat import horovod_metric_states
+def _metric_read_markers(engine: Engine, keras: Any, differs: tuple[bool, bool]) -> list:
+    """First in the fit's callbacks, before any of the script's reads the metrics: which metric-log read is which,
+    for the sums of the metric states over Keras 3 MWM's workers (compat/metric_reads.py) and, where the ranks'
+    data differ, over Horovod's ranks (compat/horovod_metric_states.py)."""
+    from .compat import horovod_metric_states, metric_reads
 
-    horovod_metric_states.install(engine.hvd, engine.tf)
-    return horovod_metric_states.reads_over_ranks(keras, *differs)
+    if engine.hvd is None:
+        return [metric_reads.epoch_steps_marker(keras)] if engine.size > 1 and \
+            engine.plan.family.needs_strategy_fit_fixes else []
+    if not any(differs):
+        return []
+    horovod_metric_states.install(engine.tf, engine.plan.family.metric_logs_read)
+    return [horovod_metric_states.reads_over_ranks(keras, *differs)]
 
 
 def _stage_plan(plan: Any, stage: int) -> Any:

@@ -63,7 +63,7 @@ from collections import deque
 from typing import Any
 
 from ..errors import EnvironmentProblem
-from . import keras3_trainer
+from . import keras3_trainer, metric_reads
 
 _MEAN_AXIS_0 = re.compile(r"""strategy\.reduce\(\s*["']MEAN["'],\s*v,\s*axis=0\s*\)""")
 _REDUCE_INPUT_BATCH = re.compile(r"""\.reduce\(\s*["']MEAN["'],\s*maybe_distributed_data_batch""")
@@ -347,20 +347,32 @@ def _sum_metric_states(original: Any, multi_worker: Any, tf: Any) -> Any:
     @functools.wraps(original)
     def _get_metrics_result_or_logs(self: Any, logs: Any) -> Any:
         strategy = self.distribute_strategy
-        if multi_worker(strategy):
-            variables = summable_metric_states(self)
-            if variables:
-                for variable, total in zip(variables, _all_sum(self, strategy, variables, tf)()):
-                    variable.assign(tf.cast(total, variable.dtype))
-        return original(self, logs)
+        variables = summable_metric_states(self) if multi_worker(strategy) else []
+        if not variables:
+            return original(self, logs)
+        # the script's own evaluate within an epoch: its states stay this worker's, counted on into the epoch's
+        # logs, and summed once there (metric_reads.py)
+        own = [tf.identity(v) for v in variables] if metric_reads.reader() == "evaluate" and \
+            metric_reads.within_epoch(self) else []
+        for variable, total in zip(variables, _all_sum(self, strategy, variables, tf)()):
+            variable.assign(tf.cast(total, variable.dtype))
+        results = original(self, logs)
+        for variable, value in zip(variables, own):
+            variable.assign(value)
+        return results
 
     return _get_metrics_result_or_logs
 
 
 def summable_metric_states(model: Any) -> list:
     """The model's metric states as tf.Variables (Keras 3 wraps one in `.value`), the numeric ones: what a sum over
-    workers or ranks adds up (here across MWM's workers; horovod_metric_states.py across Horovod's ranks)."""
-    variables = [getattr(v, "value", v) for v in model.metrics_variables]
+    workers or ranks adds up (here across Keras 3 MWM's workers; horovod_metric_states.py across Horovod's ranks,
+    in both families)."""
+    states = getattr(model, "metrics_variables", None)
+    if states is None:  # tf_keras: its metrics' own tf.Variables
+        variables = [v for metric in model.metrics for v in metric.variables]
+    else:
+        variables = [getattr(v, "value", v) for v in states]
     return [v for v in variables if v.dtype.is_floating or v.dtype.is_integer]
 
 

@@ -306,6 +306,9 @@ PATCHES: tuple[Patch, ...] = (
                                                              "trainers.trainer:BaseTrainer."
                                                              "_get_metrics_result_or_logs(self,logs)",), "keras",
        _K3, frozenset({"horovod"})),
+    _p("horovod_metric_states.tf_keras_summed_reads", "the same for tf_keras' read", "wraps", "process",
+       "as horovod_metric_states.summed_reads", ("keras.src.engine.training:Model._validate_and_get_metrics_result"
+                                                 "(self,logs)",), "keras", _LEGACY, frozenset({"horovod"})),
     _p("horovod_sync_batchnorm.keras3_moments", "BatchNormalization(synchronized=True) sums its moments over the "
        "Horovod ranks, as over a strategy's replicas", "replaces", "process", "#69: under zero-code Horovod (no "
        "strategy) each rank normalized its own share, silently not plain python's numbers (nor MWM's)",

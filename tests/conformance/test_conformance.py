@@ -2,9 +2,10 @@
 scenarios of scripts/keras_surface.py, all of them in one launch per mode and family, each judged against plain
 `python` on the same global batches (conformance.py): one process bit for bit, several ranks within
 RELATIVE_TOLERANCE, the files each scenario leaves as one process leaves them. The table in tests/README.md says
-what each scenario proves. Keras 3 in every mode; tf_keras pairwise (MWM x2, the mode with its own file rules);
-the newest TensorFlow line (`core`) under MWM x2, where the defects were found: there CORE_SCENARIOS (--full:
-all of them)."""
+what each scenario proves. Keras 3 in every mode; tf_keras under MWM x2 (the mode with its own file rules), and
+under Horovod x2 the scenarios whose fixes have a tf_keras side (HOROVOD_TF_KERAS_SCENARIOS); the newest
+TensorFlow line (`core`) under MWM x2, where the defects were found: there CORE_SCENARIOS (--full: all of
+them)."""
 
 import subprocess
 from importlib.metadata import version
@@ -48,6 +49,10 @@ CORE_SCENARIOS = ("global_clipnorm", "builtin_callbacks", "save_then_load", "kfo
                   "custom_train_step", "stop_training_on_one_rank", "steps_per_execution", "python_generator",
                   "image_directory", "tf_train_checkpoint", "export_saved_model", "own_one_device_strategy",
                   "jit_compile", "ema", "gradient_accumulation", "own_backup_and_h5", "pandas_frame")
+
+# tf_keras under Horovod: the scenarios whose Horovod fixes have a tf_keras side of their own (the metric states'
+# read, the synchronized moments: their registry entries per family); --full: all of them
+HOROVOD_TF_KERAS_SCENARIOS = ("ratio_metrics", "synchronized_batchnorm")
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -113,6 +118,10 @@ def test_keras3_under_horovod_has_plain_pythons_numbers_and_files(kept_runs, tmp
 
 def test_tf_keras_under_mwm_has_plain_pythons_numbers_and_files(kept_runs, tmp_path):
     assert_conforms("mwm", "legacy", kept_runs, tmp_path)
+
+
+def test_tf_keras_under_horovod_has_plain_pythons_numbers(kept_runs, tmp_path):
+    assert_conforms("horovod", "legacy", kept_runs, tmp_path, () if FULL_TIER else HOROVOD_TF_KERAS_SCENARIOS)
 
 
 OWN_DISTRIBUTION = ROOT / "tests" / "conformance" / "scripts" / "own_distribution.py"
