@@ -101,8 +101,7 @@ def install_hooks(engine: Engine, keras: Any, tf: Any, evened: batches.EvenedInp
         if backup is not None:
             resume.build_before_restore(self, args_, stage.checkpoint_dir)
         _progress_from_the_chief_only(engine, args_)
-        global_logs = sync.batch_logs_over_horovod(keras, tf, args_.get("verbose", "auto"), user) \
-            if _splits_batches_between_ranks(engine, self, user) else None
+        global_logs = _logs_of_the_global_batch(engine, keras, self, args_.get("verbose", "auto"), user, differs[0])
         with starting.starting_at(plan.family, self, fit_callbacks.position), \
                 steps.observed(self, fit_callbacks.training, global_logs), \
                 saves.callback_files_aside(engine, keras, user):
@@ -330,6 +329,16 @@ def _splits_batches_between_ranks(engine: Engine, model: Any, user_callbacks: li
     optimizer = getattr(model, "optimizer", None)
     own_optimizer = adopt.is_horovod_optimizer(optimizer) and not getattr(optimizer, "_distrain_wrapped", False)
     return not (own_optimizer or any(type(c).__module__.startswith("horovod") for c in user_callbacks))
+
+
+def _logs_of_the_global_batch(engine: Engine, keras: Any, model: Any, verbose: Any, user_callbacks: list,
+                              training_differs: bool) -> Callable[[Any], Any] | None:
+    """What turns a step's logs into the global batch's, where they are a rank's or the replicas' mean (fit/sync.py)."""
+    if _splits_batches_between_ranks(engine, model, user_callbacks):
+        return sync.batch_logs_over_horovod(keras, engine.tf, verbose, user_callbacks, model, training_differs)
+    if engine.hvd is None and engine.size > 1 and engine.plan.family.needs_strategy_fit_fixes:
+        return sync.batch_logs_over_workers(keras, engine.tf, verbose, user_callbacks, model)
+    return None
 
 
 def _adapt_input(engine: Engine, keras: Any, model: Any, arguments: dict, user_callbacks: list,

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import functools
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from . import metric_reads, targets
-from .keras3_mwm import summable_metric_states
 
 # the reads to sum next, set by the fit's ReadsOverRanks callback: the epoch's (a read by fit itself) and its
 # validation's (a read by the evaluate fit's validation runs); a read the script makes itself is left alone
@@ -50,7 +50,7 @@ def install(tf: Any, metric_logs_read: str) -> bool:
             _SUM_NEXT[reader] = False
             _sum_over_ranks(hvd, tf, self, _LEFT_BY_OWN_READ.pop(self, None) if reader == "fit" else None)
         elif _SUM_NEXT["fit"]:  # the script's own evaluate within an epoch: the states it leaves, whole data's
-            _LEFT_BY_OWN_READ[self] = [tf.identity(v) for v in summable_metric_states(self)]
+            _LEFT_BY_OWN_READ[self] = [tf.identity(v) for v in metric_reads.summable_metric_states(self)]
         return original(self, logs)
 
     read_over_ranks._distrain_over_ranks = True  # type: ignore[attr-defined]
@@ -61,13 +61,17 @@ def install(tf: Any, metric_logs_read: str) -> bool:
 
 
 def _sum_over_ranks(hvd: Any, tf: Any, model: Any, left: list | None) -> None:
-    """Set the model's metric states to their sum over the ranks. `left`: the states an evaluate of the script's
-    own left within this epoch (Keras does not reset them after it: plain python's epoch logs count it once, then
-    the steps after it). Each rank evaluated the whole data, so they are counted once, from the ranks that ran it
-    (every rank alike: the same tensors everywhere, zeros where none)."""
-    variables = summable_metric_states(model)
-    if not variables:
-        return
+    """Set the model's metric states to their sum over the ranks (`_totals`)."""
+    variables = metric_reads.summable_metric_states(model)
+    for variable, total in zip(variables, _totals(hvd, tf, variables, left) if variables else []):
+        variable.assign(total)
+
+
+def _totals(hvd: Any, tf: Any, variables: list, left: list | None) -> list:
+    """The sum of these metric states over the ranks. `left`: the states an evaluate of the script's own left
+    within this epoch (Keras does not reset them after it: plain python's epoch logs count it once, then the steps
+    after it). Each rank evaluated the whole data, so they are counted once, from the ranks that ran it (every rank
+    alike: the same tensors everywhere, zeros where none)."""
     own = [tf.cast(v, tf.float64) for v in variables]  # one dtype: a grouped all-reduce takes no mixture
     left = [tf.cast(v, tf.float64) for v in left] if left is not None and len(left) == len(own) else None
     bases = left or [tf.zeros_like(v) for v in own]
@@ -75,8 +79,17 @@ def _sum_over_ranks(hvd: Any, tf: Any, model: Any, left: list | None) -> None:
                                  + [tf.constant(float(left is not None), tf.float64)],
                                  op=hvd.Sum, name="distrain_metric_states")
     count, holders = len(own), tf.maximum(sums[-1], 1.0)
-    for variable, steps, base in zip(variables, sums[:count], sums[count:2 * count]):
-        variable.assign(tf.cast(steps + base / holders, variable.dtype))
+    return [tf.cast(steps + base / holders, variable.dtype)
+            for variable, steps, base in zip(variables, sums[:count], sums[count:2 * count])]
+
+
+def step_logs_over_ranks(keras: Any, tf: Any, model: Any, averaged: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A step's logs from the states summed over the ranks (metric_reads.step_logs_from_summed_states), an evaluate
+    of the script's own within the epoch counted once; `averaged`: sync.py's mean of the ranks' logs."""
+    import horovod.tensorflow as hvd  # its Keras module (tf_keras runs) has no grouped_allreduce
+
+    return metric_reads.step_logs_from_summed_states(
+        keras, tf, model, lambda variables: _totals(hvd, tf, variables, _LEFT_BY_OWN_READ.get(model)), averaged)
 
 
 def reads_over_ranks(keras: Any, training_differs: bool, validation_differs: bool) -> Any:

@@ -58,7 +58,6 @@ import importlib
 import inspect
 import re
 import threading
-import weakref
 from collections import deque
 from typing import Any
 
@@ -347,14 +346,14 @@ def _sum_metric_states(original: Any, multi_worker: Any, tf: Any) -> Any:
     @functools.wraps(original)
     def _get_metrics_result_or_logs(self: Any, logs: Any) -> Any:
         strategy = self.distribute_strategy
-        variables = summable_metric_states(self) if multi_worker(strategy) else []
+        variables = metric_reads.summable_metric_states(self) if multi_worker(strategy) else []
         if not variables:
             return original(self, logs)
         # the script's own evaluate within an epoch: its states stay this worker's, counted on into the epoch's
         # logs, and summed once there (metric_reads.py)
         own = [tf.identity(v) for v in variables] if metric_reads.reader() == "evaluate" and \
             metric_reads.within_epoch(self) else []
-        for variable, total in zip(variables, _all_sum(self, strategy, variables, tf)()):
+        for variable, total in zip(variables, metric_reads.all_sum(self, strategy, variables, tf)()):
             variable.assign(tf.cast(total, variable.dtype))
         results = original(self, logs)
         for variable, value in zip(variables, own):
@@ -362,37 +361,6 @@ def _sum_metric_states(original: Any, multi_worker: Any, tf: Any) -> Any:
         return results
 
     return _get_metrics_result_or_logs
-
-
-def summable_metric_states(model: Any) -> list:
-    """The model's metric states as tf.Variables (Keras 3 wraps one in `.value`), the numeric ones: what a sum over
-    workers or ranks adds up (here across Keras 3 MWM's workers; horovod_metric_states.py across Horovod's ranks,
-    in both families)."""
-    states = getattr(model, "metrics_variables", None)
-    if states is None:  # tf_keras: its metrics' own tf.Variables
-        variables = [v for metric in model.metrics for v in metric.variables]
-    else:
-        variables = [getattr(v, "value", v) for v in states]
-    return [v for v in variables if v.dtype.is_floating or v.dtype.is_integer]
-
-
-_METRIC_SUMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (its variables, their sum)
-
-
-def _all_sum(model: Any, strategy: Any, variables: list, tf: Any) -> Any:
-    """The sum of `variables` over every replica, one tf.function per model and set of variables. The variables
-    are the function's closure, not its arguments: a tf.function given distributed variables as arguments kept
-    reading the first ones it was traced with, so a script's second model reported the first model's metrics."""
-    key = (id(strategy), tuple(v.ref() for v in variables))
-    cached = _METRIC_SUMS.get(model)
-    if cached is None or cached[0] != key:
-        @tf.function
-        def all_sum() -> list:
-            local = strategy.run(lambda: [tf.identity(v) for v in variables])
-            return [strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None) for value in local]
-
-        cached = _METRIC_SUMS[model] = (key, all_sum)
-    return cached[1]
 
 
 def _mean_no_nan(original: Any) -> Any:

@@ -197,17 +197,40 @@ def average_moving_statistics_in_custom_loops(hvd: Any, tf: Any) -> bool:
 BATCH_LOG_HOOKS = ("on_train_batch_end", "on_batch_end")  # a callback with one reads every batch's logs
 
 
-def batch_logs_over_horovod(keras: Any, tf: Any, verbose: Any, callbacks: list) -> Callable[[Any], Any] | None:
+def batch_logs_over_horovod(keras: Any, tf: Any, verbose: Any, callbacks: list, model: Any,
+                            states_differ: bool) -> Callable[[Any], Any] | None:
     """Zero-code Horovod: the logs of each step averaged over the ranks (`_averaged_logs`) where some rank reads
     them: its progress bar (verbose 1 or "auto", after the chief-only rule) or a script's callback with a batch-end
     hook. The ranks agree on it once a fit (one all-reduce), so that every rank joins every step's; a fit whose
     batch logs nobody reads (the one-line-an-epoch default of a batch job) pays that one all-reduce alone, where
-    the averaging costs 2.8 ms a step (0.84 of hand-written Horovod's throughput, benchmarks/README.md)."""
+    the averaging costs 2.8 ms a step (0.84 of hand-written Horovod's throughput, benchmarks/README.md). Where the
+    ranks' data differ (`states_differ`) and a metric is no mean (Precision, AUC: a mean of the ranks' results is
+    not the global counts'), the logs are read from the metric states summed over the ranks instead
+    (compat/horovod_metric_states.step_logs_over_ranks)."""
     import horovod.tensorflow as hvd
 
     reads = reads_batch_logs(keras.callbacks.Callback, verbose, callbacks)
     some_rank_reads = int(hvd.allreduce(tf.constant(int(reads)), op=hvd.Sum, name="distrain_batch_logs_read")) > 0
-    return _averaged_logs(tf) if some_rank_reads else None
+    if not some_rank_reads:
+        return None
+    if not states_differ:
+        return _averaged_logs(tf)
+    from ..compat import horovod_metric_states
+
+    return horovod_metric_states.step_logs_over_ranks(keras, tf, model, _averaged_logs(tf))
+
+
+def batch_logs_over_workers(keras: Any, tf: Any, verbose: Any, callbacks: list,
+                            model: Any) -> Callable[[Any], Any] | None:
+    """Keras 3 under MWM: its step logs are the replicas' mean, exact for means over equal shares, not for Precision
+    or AUC: where some worker reads them (agreed as under Horovod), from the metric states summed over the workers
+    (compat/metric_reads.step_logs_over_workers), where some metric is no mean."""
+    from ..compat import metric_reads
+
+    strategy = model.distribute_strategy
+    if not metric_reads.any_worker(tf, strategy, reads_batch_logs(keras.callbacks.Callback, verbose, callbacks)):
+        return None
+    return metric_reads.step_logs_over_workers(keras, tf, model, strategy)
 
 
 def reads_batch_logs(base: type, verbose: Any, callbacks: list) -> bool:

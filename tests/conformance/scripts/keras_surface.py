@@ -462,13 +462,15 @@ def gradient_accumulation(out: str) -> dict:
 
 class EvaluateWithinEpochs(keras.callbacks.Callback):
     """Evaluates the model at every epoch's second step, as a script watching its validation data in long epochs:
-    Keras does not reset the metric states after it, so the epoch's logs count that evaluation once too."""
+    Keras does not reset the metric states after it, so the epoch's logs count that evaluation once too. Keeps each
+    step's logs of the ratio metrics (what a progress bar shows)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.seen = []
+        self.seen, self.steps = [], []
 
     def on_train_batch_end(self, batch, logs=None):  # noqa: ANN001
+        self.steps += [float(logs["precision"]), float(logs["auc"])]
         if batch == 1:
             self.seen.append(self.model.evaluate(x_val, y_val, batch_size=BATCH, verbose=0, return_dict=True)["auc"])
 
@@ -491,7 +493,7 @@ def ratio_metrics(out: str) -> dict:
         results.update({within + key: numbers(history.history[key])
                         for key in ("precision", "recall", "auc", "val_precision", "val_auc")})
         if callbacks:
-            results[within + "evaluated"] = numbers(callbacks[0].seen)
+            results.update({within + "evaluated": numbers(callbacks[0].seen), "steps": numbers(callbacks[0].steps)})
     return results
 
 
