@@ -175,7 +175,7 @@ def test_a_parameter_server_strategy_runs_in_one_process_and_is_refused_in_one_l
 
 NEGATIVE_CONTROL = """
 import tensorflow as tf
-from entrypoint.compat import keras3_mwm
+from entrypoint.compat import metric_reads
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -183,13 +183,13 @@ strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 def sum_of_arguments(values):  # the metric-state sum distrain had: the variables as the function's arguments
     local = strategy.run(lambda: [tf.identity(v) for v in values])
     return [strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None) for value in local]
-class Model:  # what keras3_mwm keys its sums by
+class Model:  # what metric_reads keys its sums by
     pass
 with strategy.scope():
     first, second = [tf.Variable(1.0), tf.Variable(2.0)], [tf.Variable(10.0), tf.Variable(20.0)]
 models = Model(), Model()
 print("ARGUMENTS", [float(v) for v in sum_of_arguments(first)], [float(v) for v in sum_of_arguments(second)])
-print("DISTRAIN", *([float(v) for v in keras3_mwm._all_sum(m, strategy, vs, tf)()]
+print("DISTRAIN", *([float(v) for v in metric_reads.all_sum(m, strategy, vs, tf)()]
                     for m, vs in zip(models, (first, second))))
 """
 
