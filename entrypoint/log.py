@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from typing import Any
 
 _LOGGER = logging.getLogger("distrain")
 
@@ -14,7 +15,7 @@ def configure(prefix: str) -> logging.Logger:
     or nothing under `distrain launch`)."""
     _LOGGER.handlers.clear()
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"{prefix}distrain: %(message)s"))
+    handler.setFormatter(_OnItsOwnLine(f"{prefix}distrain: %(message)s"))
     _LOGGER.addHandler(handler)
     _LOGGER.setLevel(logging.INFO)
     _LOGGER.propagate = False
@@ -23,6 +24,45 @@ def configure(prefix: str) -> logging.Logger:
 
 def get() -> logging.Logger:
     return _LOGGER
+
+
+class _OnItsOwnLine(logging.Formatter):
+    """distrain's line, after a newline where the script's output stopped mid-line (a progress bar's)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return line_start() + super().format(record)
+
+
+class _LineEnd:
+    """sys.stdout as it was, remembering whether what was last written through it ended a line."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream, self.at_line_start = stream, True
+
+    def write(self, text: str) -> int:
+        if text:
+            self.at_line_start = text.endswith(("\n", "\r"))
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def track_stdout() -> None:
+    """Remember where the script's output stands (its progress bar mid-line), for distrain's lines: a progress
+    bar's line left unfinished in the job's log would otherwise carry distrain's line at its end."""
+    if not isinstance(sys.stdout, _LineEnd) and sys.stdout is not None:
+        # patch: log.stdout_line_end
+        sys.stdout = _LineEnd(sys.stdout)
+
+
+def line_start() -> str:
+    """What a distrain line must begin with to start on a line of its own: a newline after an unfinished one."""
+    stdout = sys.stdout
+    if isinstance(stdout, _LineEnd) and not stdout.at_line_start:
+        stdout.flush()
+        return "\n"
+    return ""
 
 
 # TensorFlow's and gRPC's C++ INFO lines (absl format: `I0000 00:00:1795334957.019023    4995 file.cc:464] ...`)

@@ -29,6 +29,8 @@ from .fit import (
     callback_state,
     checkpoint,
     compile_arguments,
+    own_shards,
+    progress,
     resume,
     saves,
     stages,
@@ -41,6 +43,7 @@ from .fit import (
 )
 from .log import configure as configure_log
 from .log import get as log
+from .log import track_stdout
 
 
 def _outermost_only(inside: threading.local):  # noqa: ANN202
@@ -92,15 +95,17 @@ def install_hooks(engine: Engine, keras: Any, tf: Any, evened: batches.EvenedInp
             finished = stages.recorded(stage.checkpoint_dir, fit_signature, lambda line: _say(engine, line))
             if finished is not None:
                 return _restore_finished_stage(engine, keras, stage, stage_number, self, args_, finished)
+        own_split = own_shards.kept(engine, args_, note_input, engine.strategy is not None or
+                                    _splits_batches_between_ranks(engine, self, user))
         fit_callbacks = _compose_callbacks(engine, keras, tf, stage, stage_number, self, args_, user, own_backup,
-                                           _InputFacts(note_input, evened), signals)
+                                           _InputFacts(note_input, evened, own_split[0]), signals)
         args_["callbacks"] = fit_callbacks.callbacks
-        differs = _adapt_input(engine, keras, self, args_, user, note_input, fit_callbacks.position)
+        differs = _adapt_input(engine, keras, self, args_, user, note_input, fit_callbacks.position, own_split)
         args_["callbacks"] = [*_metric_read_markers(engine, keras, differs), *args_["callbacks"]]
         backup = fit_callbacks.backup
         if backup is not None:
             resume.build_before_restore(self, args_, stage.checkpoint_dir)
-        _progress_from_the_chief_only(engine, args_)
+        progress.from_the_chief_only(engine.rank, args_)
         global_logs = _logs_of_the_global_batch(engine, keras, self, args_.get("verbose", "auto"), user, differs[0])
         with starting.starting_at(plan.family, self, fit_callbacks.position), \
                 steps.observed(self, fit_callbacks.training, global_logs), \
@@ -115,6 +120,8 @@ def install_hooks(engine: Engine, keras: Any, tf: Any, evened: batches.EvenedInp
     model_cls.fit = fit
     _hook_compile(engine, keras, model_cls)
     _hook_saves(engine, model_cls)
+    if engine.size > 1:
+        progress.hook_evaluate_and_predict(lambda: engine.rank, model_cls)
     model_cls._distrain_hooked = True
 
 
@@ -176,13 +183,6 @@ def _restore_finished_stage(engine: Engine, keras: Any, stage: Any, stage_number
     return stages.restore(stage.checkpoint_dir, finished, model, keras, engine.rank)
 
 
-def _progress_from_the_chief_only(engine: Engine, arguments: dict) -> None:
-    if engine.rank != 0:
-        arguments["verbose"] = 0
-    elif "verbose" not in arguments and not sys.stdout.isatty():
-        arguments["verbose"] = 2  # one line per epoch in batch logs instead of a progress bar per step
-
-
 def _record_stage(engine: Engine, stage: Any, stage_number: int, model: Any, history: Any, signature: Any) -> None:
     """A fit that ended: its end state recorded (stages.py), so that a rerun restores it instead of training it."""
     plan = engine.plan
@@ -209,6 +209,7 @@ class _InputFacts:
     """Where what is learnt of fit's input goes: one line for the log, the datasets made evened."""
     note: Callable[[str], None]
     evened: batches.EvenedInputs
+    own_split: bool = False  # the ranks' training inputs differ already (fit/own_shards.py): each positioned whole
 
 
 def _compose_callbacks(engine: Engine, keras: Any, tf: Any, stage: Any, stage_number: int, model: Any,
@@ -342,12 +343,13 @@ def _logs_of_the_global_batch(engine: Engine, keras: Any, model: Any, verbose: A
 
 
 def _adapt_input(engine: Engine, keras: Any, model: Any, arguments: dict, user_callbacks: list,
-                 note: Callable[[str], None], position: resume.Position | None) -> tuple[bool, bool]:
+                 note: Callable[[str], None], position: resume.Position | None,
+                 own_split: tuple[bool, bool]) -> tuple[bool, bool]:
     """Zero-code Horovod's split of the data; whether the ranks' training and validation data now differ."""
     if not _splits_batches_between_ranks(engine, model, user_callbacks):
         return False, False
     return batches.adapt_fit_arguments(arguments, keras, rank=engine.rank, size=engine.size, note=note,
-                                       rank_share=position is not None and position.rank_share)
+                                       rank_share=position is not None and position.rank_share, own_split=own_split)
 
 
 def _metric_read_markers(engine: Engine, keras: Any, differs: tuple[bool, bool]) -> list:
@@ -380,7 +382,7 @@ def _position_input(engine: Engine, plan: Any, model: Any, arguments: dict, user
     if engine.hvd is not None and engine.size > 1 and not _splits_batches_between_ranks(engine, model,
                                                                                           user_callbacks):
         return None  # each rank reads its own data, as the script chose: nothing shared to position
-    rank, size = (engine.rank, engine.size) if engine.hvd is not None else (0, 1)
+    rank, size = (engine.rank, engine.size) if engine.hvd is not None and not facts.own_split else (0, 1)
     return resume.position_input(arguments, family=plan.family, checkpoint_dir=plan.checkpoint_dir,
                                  rank=rank, size=size, replicas=engine.replicas,
                                  note=facts.note, evened=facts.evened)
@@ -422,6 +424,8 @@ def run_script(script: str, argv: list[str], engine: Engine | None, evened: batc
         default_strategy.make_default(engine.tf, None)
         log().info("hooks off: the script runs as is, without the default strategy or hooks")
     startup_stop.hand_over(handlers_installed=False)  # hooks off: the script gets the signals' defaults
+    if engine is not None and engine.plan.is_chief:
+        track_stdout()
     sys.argv = [script, *argv]
     sys.path.insert(0, os.path.dirname(script))
     runpy.run_path(script, run_name="__main__")

@@ -168,11 +168,12 @@ PATCHES: tuple[Patch, ...] = (
        ("tf_keras.src.optimizers:Optimizer", "horovod.tensorflow.keras:DistributedOptimizer(optimizer)"),
        "horovod", _LEGACY, frozenset({"horovod"})),
     # every fit
-    _p("runner.model_hooks", "Model.fit, compile, save and save_weights, where the concerns of a distributed fit "
-       "meet", "wraps", "process", "distrain's own: the script runs unchanged; a save is written once and seen by "
-       "every rank when its call returns",
+    _p("runner.model_hooks", "Model.fit, compile, save, save_weights, evaluate and predict, where the concerns of "
+       "a distributed fit meet", "wraps", "process", "distrain's own: the script runs unchanged; a save is written "
+       "once and seen by every rank when its call returns",
        ("keras:Model.fit(self,x,y,batch_size,epochs)", "keras:Model.compile", "keras:Model.save(self,filepath)",
-        "keras:Model.save_weights(self,filepath)", "keras:Model.export(self,filepath)?"),
+        "keras:Model.save_weights(self,filepath)", "keras:Model.export(self,filepath)?",
+        "keras:Model.evaluate(self,x,y,batch_size,verbose)", "keras:Model.predict(self,x,batch_size,verbose)"),
        "keras"),
     _p("saves.callback_files", "TensorBoard's log_dir and CSVLogger's filename, on ranks but the chief, a private "
        "temporary directory during the fit", "replaces", "fit", "#69: every rank wrote its event files and the CSV "
@@ -339,6 +340,9 @@ PATCHES: tuple[Patch, ...] = (
        "#67: a stop while TensorFlow imports is not lost", ("signal:set_wakeup_fd",), "python"),
     _p("stalls.stack_dump", "every thread's frame for a stuck rank's report", "reads", "call",
        "a stuck rank is named with where it is stuck", ("sys:_current_frames",), "python"),
+    _p("log.stdout_line_end", "the chief's sys.stdout, remembering whether the script's output stands mid-line",
+       "wraps", "process", "#84: distrain's lines landed inside the script's progress bar", ("sys:stdout",),
+       "python"),
 )
 
 BY_NAME = {p.name: p for p in PATCHES}

@@ -39,6 +39,24 @@ class Engine:
             return int(self.strategy.num_replicas_in_sync)
         return self.size if self.hvd else 1
 
+    def differ_between_ranks(self, values: list[int]) -> list[bool]:
+        """For each of this rank's `values` (ints below 2**20), whether some other rank holds another. Every rank
+        calls it at the same point: one collective, Horovod's all-gather or the strategy's all-reduce."""
+        if self.size < 2:
+            return [False] * len(values)
+        if self.hvd is not None:
+            from horovod.tensorflow import allgather_object
+
+            gathered = allgather_object(list(values), name="distrain_compare")
+            return [len({ranks_values[i] for ranks_values in gathered}) > 1 for i in range(len(values))]
+        tf, strategy = self.tf, self.strategy
+        # sums of v and v**2 over the replicas: all equal exactly where n * sum(v**2) == sum(v)**2 (exact in float64)
+        local = [float(v) for v in values] + [float(v) ** 2 for v in values]
+        total = tf.function(lambda: strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(
+            lambda: tf.constant(local, tf.float64)), axis=None))().numpy()
+        n, count = self.replicas, len(values)
+        return [n * total[count + i] != total[i] ** 2 for i in range(count)]
+
 
 def build(plan: Plan, tf, before_distributing: Callable[[Any, int], Any] | None = None) -> Engine:  # noqa: ANN001
     """The engine of this plan (tf: the tensorflow module). `before_distributing(dataset, replicas)`: what the

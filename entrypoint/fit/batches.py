@@ -291,12 +291,17 @@ def before_distributing(evened: EvenedInputs) -> Callable[[Any, int], Any]:
 
 
 def adapt_fit_arguments(arguments: dict, keras: Any, *, rank: int, size: int, note: Callable[[str], None],
-                        rank_share: bool = False) -> tuple[bool, bool]:
+                        rank_share: bool = False, own_split: tuple[bool, bool] = (False, False)) -> tuple[bool, bool]:
     """Rewrite fit's bound arguments in place so that this rank of `size` trains on its share of each global batch
     (zero-code Horovod); `note` gets one line on what was done. rank_share: the input is already this rank's
-    share (exact resume's pipeline, resume.py). Returns whether the ranks' training and validation data now differ
+    share (exact resume's pipeline, resume.py); own_split: the ranks' training and validation data already differ
+    (fit/own_shards.py), each left as it is. Returns whether the ranks' training and validation data now differ
     (split here, or sharded by the script): only then are their metric states the global ones' parts."""
     x = arguments.get("x")
+    if own_split[0]:
+        note("the ranks' inputs differ (the script splits its data itself): each rank trains on its own batches, "
+             "not split again")
+        return True, _adapt_validation(arguments, keras, arguments.get("batch_size") or 32, rank, size, own_split[1])
     batch_size = arguments.get("batch_size") or 32
     done = ""
     arrays_given = x is not None and is_array_input(x)
@@ -325,7 +330,7 @@ def adapt_fit_arguments(arguments: dict, keras: Any, *, rank: int, size: int, no
         done = "generator batches taken as global batches"
     elif x is not None:
         note(f"input of type {type(x).__name__} is not split: every rank trains on all of it")
-    validation_differs = _adapt_validation(arguments, keras, batch_size, rank, size)
+    validation_differs = _adapt_validation(arguments, keras, batch_size, rank, size, own_split[1])
     if done:
         note(f"{done}, each rank training on its 1/{size} of every batch")
     return bool(done), validation_differs
@@ -363,11 +368,12 @@ def _cut_structure(batch: Any, rank: int, size: int) -> Any:
     return batch[start:end]
 
 
-def _adapt_validation(arguments: dict, keras: Any, batch_size: int, rank: int, size: int) -> bool:
-    """This rank's share of the validation data, where it can be split; whether the ranks' validation data differ."""
+def _adapt_validation(arguments: dict, keras: Any, batch_size: int, rank: int, size: int, own_split: bool) -> bool:
+    """This rank's share of the validation data, where it can be split; whether the ranks' validation data differ
+    (own_split: they do already, the script's own split, left as it is)."""
     data = arguments.get("validation_data")
-    if data is None:
-        return False
+    if data is None or own_split:
+        return own_split
     validation_batch = arguments.get("validation_batch_size") or batch_size
     if isinstance(data, tuple) and data and all(d is None or is_array_input(d) for d in data):
         arrays = tuple(d for d in data if d is not None)

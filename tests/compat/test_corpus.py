@@ -15,7 +15,8 @@ from slurm_jobs import submit
 SCRIPTS = Path(__file__).parent / "scripts"
 OWN_MWM = ["guide_mwm.py", "otbtf_mwm.py", "tf_tutorial_mwm.py", "custom_loop_strategy.py", "keras_guide_mirrored.py",
            "tf_tutorial_mwm_ctl.py"]
-ANY_LAUNCHER = ["keras3_subclassed.py", "tf_keras_cnn.py", "keras3_functional_ops.py", "keras3_cnn_bn.py"]
+ANY_LAUNCHER = ["keras3_subclassed.py", "tf_keras_cnn.py", "keras3_functional_ops.py", "keras3_cnn_bn.py",
+                "own_file_shards.py"]
 HOROVOD_BY_HAND = ["guide_horovod.py", "horovod_sharded.py", "horovod_tf2_custom_loop.py",
                    "horovod_tf2_custom_loop_keras3.py", "horovod_keras_mnist.py",
                    "horovod_keras_synthetic_benchmark.py"]

@@ -1,0 +1,110 @@
+"""A script that splits its data between the ranks itself: found by comparing the ranks' inputs, never split again.
+
+A script that keeps its share of a file list by `TF_CONFIG`'s task index or `SLURM_PROCID` (the seeds' guides), or
+by `dataset.shard(...)`, hands each rank other data. MWM's auto-sharding would then cut each rank's share again
+(half of the data an epoch on 2 workers, nothing said), and so would zero-code Horovod's split of every batch.
+`ranks_inputs_differ` tells it before the fit trains: each rank digests its input's first batch and its length,
+and the engine compares the digests (one collective). Where they differ, the script's split is kept: under MWM
+the dataset's auto-sharding is turned off (TensorFlow's advice for a dataset sharded by hand: each worker's
+batches are then its share of the global batches, `batch_size` still the global batch), under Horovod each rank
+trains on its own batches (as a `dataset.shard` of Horovod's examples is left, batches.is_sharded). numpy arrays
+that differ between MWM's workers cannot be handed to Keras unsharded: refused in one line.
+
+Input whose first batch says nothing of a split is not compared: a generator or PyDataset (read once, it would
+lose the batch), and a dataset shuffled without a seed (its first batch differs on every rank anyway).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from ..errors import ConfigError
+from .arrays import is_array_input, is_dataset
+
+DIGEST_BITS = 20  # each rank's digest; compared as sums of v and v**2 in float64: exact below 2**26 for 2**12 ranks
+ARRAYS_REFUSED = ("the ranks' numpy inputs differ (the script splits its data between the ranks itself), which "
+                  "MWM would split again: give fit the whole arrays on every rank, or a tf.data.Dataset of the "
+                  "rank's share")
+
+
+def input_digest(x: Any) -> int | None:
+    """A digest of fit's input as this rank sees it (its first batch and its length), or None where it cannot be
+    read without changing it."""
+    import numpy as np
+
+    if x is None:
+        return None
+    if is_dataset(x):
+        from .resume import unseeded_shuffle
+
+        if unseeded_shuffle(x):
+            return None
+        leaves = [np.asarray(t) for t in _flat(next(iter(x.take(1)), None))]
+        return _digest([int(x.cardinality()), *leaves])
+    if is_array_input(x):
+        leaves = [np.asarray(a) for a in _flat(x)]
+        return _digest([len(leaves[0]) if leaves and leaves[0].ndim else 0,
+                        *(leaf[:64] if leaf.ndim else leaf for leaf in leaves)])
+    return None
+
+
+def _flat(structure: Any) -> list:
+    import tensorflow as tf
+
+    return [] if structure is None else tf.nest.flatten(structure)
+
+
+def _digest(parts: list) -> int:
+    import numpy as np
+
+    hasher = hashlib.blake2b(digest_size=8)
+    for part in parts:
+        array = np.ascontiguousarray(part)
+        hasher.update(f"{array.dtype}{array.shape}".encode())
+        hasher.update(array.tobytes() if array.dtype != object else repr(array.tolist()).encode())
+    return int.from_bytes(hasher.digest(), "little") % (1 << DIGEST_BITS)
+
+
+def ranks_inputs_differ(engine: Any, arguments: dict) -> tuple[bool, bool]:
+    """Whether the ranks' training input and validation data differ (every rank calls it, at the same point of the
+    same fit: a collective where some input can be digested)."""
+    digests = [input_digest(arguments.get("x")), input_digest(_validation_input(arguments.get("validation_data")))]
+    known = [d for d in digests if d is not None]
+    if not known:
+        return False, False
+    differ = iter(engine.differ_between_ranks(known))
+    return tuple(next(differ) if d is not None else False for d in digests)  # type: ignore[return-value]
+
+
+def _validation_input(data: Any) -> Any:
+    return data[0] if isinstance(data, tuple) and data and is_array_input(data[0]) else data
+
+
+def kept(engine: Any, arguments: dict, note: Any, distrain_splits: bool) -> tuple[bool, bool]:
+    """Whether the ranks' training and validation data differ, where distrain would split them (`distrain_splits`:
+    MWM's strategy, zero-code Horovod); under MWM those that differ are made never to be split again."""
+    if engine.size < 2 or not distrain_splits:
+        return False, False
+    differ = ranks_inputs_differ(engine, arguments)
+    _keep_the_workers_split(engine, arguments, differ, note)
+    return differ
+
+
+def _keep_the_workers_split(engine: Any, arguments: dict, differ: tuple[bool, bool], note: Any) -> None:
+    """Under MWM: the inputs that differ between the workers made never to be auto-sharded (arrays: refused)."""
+    if engine.strategy is None or not any(differ):
+        return
+    import tensorflow as tf
+
+    for name, differs in zip(("x", "validation_data"), differ):
+        data = arguments.get(name)
+        if not differs:
+            continue
+        if not is_dataset(data):
+            raise ConfigError(ARRAYS_REFUSED)
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        arguments[name] = data.with_options(options)
+    note(f"the ranks' datasets differ (the script splits its data itself): each worker's batches are its share of "
+         f"the global batches, not split again ({engine.size} workers)")
