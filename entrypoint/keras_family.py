@@ -61,6 +61,8 @@ class KerasFamily:
     # compat/horovod_sync_batchnorm.py: where `BatchNormalization(synchronized=True)` sums its moments over the
     # replicas (`module:function` or `module:Class.method`; `a|b`: where one Keras or another has it)
     synchronized_moments: str
+    # compat/downloads.py: the download every keras.datasets loader calls (`module:function`), taking turns per cache
+    get_file: str
 
 
 KERAS3 = KerasFamily("keras3", "keras", aliased_as_keras=False, needs_strategy_fit_fixes=True,
@@ -72,7 +74,8 @@ KERAS3 = KerasFamily("keras3", "keras", aliased_as_keras=False, needs_strategy_f
                      metric_logs_read="keras.src.trainers.trainer:Trainer._get_metrics_result_or_logs"
                                       "|keras.src.trainers.trainer:BaseTrainer._get_metrics_result_or_logs",
                      synchronized_moments="keras.src.backend.tensorflow.nn:_compute_moments_sync"
-                                          "|keras.src.backend.tensorflow.ops.nn:_compute_moments_sync")
+                                          "|keras.src.backend.tensorflow.ops.nn:_compute_moments_sync",
+                     get_file="keras.src.utils.file_utils:get_file")
 TF_KERAS = KerasFamily("legacy", "tf_keras", aliased_as_keras=True, needs_strategy_fit_fixes=False,
                        horovod_keras_api=True, subclasses_backup_and_restore=True, starts_by_skipping_steps=False,
                        keeps_the_first_epochs_length=True, end_weights="end", sums_step_logs_over_workers=True,
@@ -82,7 +85,8 @@ TF_KERAS = KerasFamily("legacy", "tf_keras", aliased_as_keras=True, needs_strate
                                           "tf_keras.src.optimizers.legacy.optimizer_v2:OptimizerV2.apply_gradients"),
                        metric_logs_read="tf_keras.src.engine.training:Model._validate_and_get_metrics_result",
                        synchronized_moments="tf_keras.src.layers.normalization.batch_normalization"
-                                            ":BatchNormalizationBase._sync_calculate_mean_and_var")
+                                            ":BatchNormalizationBase._sync_calculate_mean_and_var",
+                       get_file="tf_keras.src.utils.data_utils:get_file")
 FAMILIES = {family.name: family for family in (KERAS3, TF_KERAS)}
 
 

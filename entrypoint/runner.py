@@ -400,6 +400,14 @@ def _adopt_horovod_tensorflow_api(engine: Engine) -> None:
         log().info("Keras 3 variables handed to Horovod's TensorFlow API as tf.Variables (no .ref())")
 
 
+def _downloads_take_turns(engine: Engine) -> None:
+    """keras.utils.get_file: one rank per cache downloads and extracts (compat/downloads.py), keyed by this launch."""
+    from .compat import downloads
+
+    launch = "|".join((*engine.peers, engine.plan.job_id or "", engine.plan.run_key or ""))
+    downloads.install(engine.plan.family.get_file, engine.plan.family.module, launch)
+
+
 def run_script(script: str, argv: list[str], engine: Engine | None, evened: batches.EvenedInputs) -> None:
     """Execute `script` as __main__ with sys.argv = [script, *argv], like `python script args`. `evened`: where
     the datasets exact resume makes go, for the engine's strategy to leave them as they are
@@ -414,6 +422,8 @@ def run_script(script: str, argv: list[str], engine: Engine | None, evened: batc
             import horovod.tensorflow as hvd
 
             sync.average_moving_statistics_in_custom_loops(hvd, engine.tf)
+        if engine.size > 1:
+            _downloads_take_turns(engine)
         if engine.plan.gpus_visible:
             from .compat import script_gpu_pinning
 

@@ -320,6 +320,15 @@ PATCHES: tuple[Patch, ...] = (
        "process", "as horovod_sync_batchnorm.keras3_moments",
        ("keras.src.layers.normalization.batch_normalization:BatchNormalizationBase._sync_calculate_mean_and_var"
         "(self,x,reduction_axes,keep_dims,mask)",), "keras", _LEGACY, frozenset({"horovod"})),
+    _p("downloads.keras3_get_file", "get_file (every keras.datasets loader's download) takes turns per cache "
+       "under ranks: one downloads and extracts, the others read", "wraps", "process", "#84: ranks extracting "
+       "one archive at once failed (NotFoundError: Could not find directory .../aclImdb/train)",
+       ("keras.src.utils.file_utils:get_file(fname,origin,untar,md5_hash,file_hash,cache_subdir)",), "keras", _K3,
+       frozenset({"mwm", "horovod"})),
+    _p("downloads.tf_keras_get_file", "the same for tf_keras' get_file", "wraps", "process",
+       "as downloads.keras3_get_file",
+       ("keras.src.utils.data_utils:get_file(fname,origin,untar,md5_hash,file_hash,cache_subdir)",), "keras",
+       _LEGACY, frozenset({"mwm", "horovod"})),
     _p("script_devices.logical_configuration", "a logical device configuration TensorFlow no longer takes is "
        "skipped with one line", "wraps", "process", "#69: TensorFlow's distributed-input tutorial splits the CPU "
        "itself: 'Virtual devices cannot be modified after being initialized' under MWM and Horovod",
