@@ -424,6 +424,10 @@ def run_script(script: str, argv: list[str], engine: Engine | None, evened: batc
             sync.average_moving_statistics_in_custom_loops(hvd, engine.tf)
         if engine.size > 1:
             _downloads_take_turns(engine)
+        if engine.strategy is not None and engine.size > 1:
+            from .compat import io_device
+
+            io_device.install(engine.tf, engine.rank)
         if engine.plan.gpus_visible:
             from .compat import script_gpu_pinning
 

@@ -329,6 +329,13 @@ PATCHES: tuple[Patch, ...] = (
        "as downloads.keras3_get_file",
        ("keras.src.utils.data_utils:get_file(fname,origin,untar,md5_hash,file_hash,cache_subdir)",), "keras",
        _LEGACY, frozenset({"mwm", "horovod"})),
+    _p("io_device.localhost", "experimental_io_device='/job:localhost' of SaveOptions, LoadOptions and "
+       "CheckpointOptions is this MWM worker's host", "wraps", "process", "#84: TensorFlow's save-and-load "
+       "tutorial under MWM: '/job:localhost/replica:0/task:0/device:CPU:0 unknown device'",
+       ("tensorflow.python.saved_model.save_options:SaveOptions.__init__(self,namespace_whitelist)",
+        "tensorflow.python.saved_model.load_options:LoadOptions.__init__(self,allow_partial_checkpoint)",
+        "tensorflow.python.checkpoint.checkpoint_options:CheckpointOptions.__init__(self,experimental_io_device)"),
+       "tensorflow", modes=frozenset({"mwm"})),
     _p("script_devices.logical_configuration", "a logical device configuration TensorFlow no longer takes is "
        "skipped with one line", "wraps", "process", "#69: TensorFlow's distributed-input tutorial splits the CPU "
        "itself: 'Virtual devices cannot be modified after being initialized' under MWM and Horovod",

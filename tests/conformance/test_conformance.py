@@ -48,7 +48,8 @@ RACES: set[tuple[str, str, str]] = set()
 CORE_SCENARIOS = ("global_clipnorm", "builtin_callbacks", "save_then_load", "kfold_best_checkpoints",
                   "custom_train_step", "stop_training_on_one_rank", "steps_per_execution", "python_generator",
                   "image_directory", "tf_train_checkpoint", "export_saved_model", "own_one_device_strategy",
-                  "jit_compile", "ema", "gradient_accumulation", "own_backup_and_h5", "pandas_frame")
+                  "jit_compile", "ema", "gradient_accumulation", "own_backup_and_h5", "pandas_frame",
+                  "saved_model_on_localhost")
 
 # tf_keras under Horovod: the scenarios whose Horovod fixes have a tf_keras side of their own (the metric states'
 # read, the synchronized moments: their registry entries per family); --full: all of them

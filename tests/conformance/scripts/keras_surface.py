@@ -616,6 +616,22 @@ def export_saved_model(out: str) -> dict:
 
 
 @scenario
+def saved_model_on_localhost(out: str) -> dict:
+    """TensorFlow's save-and-load tutorial: a SavedModel and a checkpoint written and read back with
+    experimental_io_device="/job:localhost" (this host)."""
+    model = classifier()
+    history = model.fit(dataset(), epochs=1, verbose=0)
+    local, path = "/job:localhost", os.path.join(out, "saved")
+    tf.saved_model.save(model, path, options=tf.saved_model.SaveOptions(experimental_io_device=local))
+    loaded = tf.saved_model.load(path, options=tf.saved_model.LoadOptions(experimental_io_device=local))
+    served = list(loaded.signatures["serving_default"](tf.constant(x[:64])).values())[0]
+    checkpoint = tf.train.Checkpoint(model=model)
+    options = tf.train.CheckpointOptions(experimental_io_device=local)
+    checkpoint.restore(checkpoint.save(os.path.join(out, "checkpoints", "ckpt"), options=options), options=options)
+    return fitted(model, history, served=numbers(np.sum(served)), files=files(out))
+
+
+@scenario
 def jit_compile(out: str) -> dict:
     """compile(jit_compile=True): XLA, where the Keras version can compile the step around the ranks' all-reduce;
     else refused with one line (distrain's EnvironmentProblem, caught here as the scenario's status)."""
