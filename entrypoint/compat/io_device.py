@@ -55,5 +55,6 @@ def _this_workers(original: Any, tf: Any, task: int) -> Any:
                                                                        task)
         original(*bound.args, **bound.kwargs)
 
+    # patch: io_device.localhost
     init._distrain_this_worker = True  # type: ignore[attr-defined]
     return init
