@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import runs, startup_stop
-from .compat import adopt, tf_checkpoint, tf_keras_mwm
+from .compat import adopt, horovod_own_updates, tf_checkpoint, tf_keras_mwm
 from .engines import Engine
 from .fit import (
     batches,
@@ -109,7 +109,7 @@ def install_hooks(engine: Engine, keras: Any, tf: Any, evened: batches.EvenedInp
         global_logs = _logs_of_the_global_batch(engine, keras, self, args_.get("verbose", "auto"), user, differs[0])
         with starting.starting_at(plan.family, self, fit_callbacks.position), \
                 steps.observed(self, fit_callbacks.training, global_logs), \
-                saves.callback_files_aside(engine, keras, user):
+                saves.callback_files_aside(engine, keras, user), horovod_own_updates.within_fit():
             history = orig_fit(*bound.args, **bound.kwargs)
         if backup is not None:
             _record_stage(engine, stage, stage_number, self, history, fit_signature)

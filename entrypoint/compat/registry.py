@@ -291,9 +291,10 @@ PATCHES: tuple[Patch, ...] = (
        "ranks", "replaces", "process", "#69: each rank would run the script's parameter-server cluster whole",
        ("tensorflow:distribute.ParameterServerStrategy", "tensorflow:distribute.experimental.ParameterServerStrategy?"),
        "tensorflow", modes=frozenset({"mirrored", "mwm", "horovod"})),
-    _p("horovod_own_updates.keras3_optimizers", "an update by an optimizer nobody averages over the ranks is "
-       "refused with one line", "wraps", "process", "a custom loop or a train_step with its own optimizers trained "
-       "each rank alone under zero-code Horovod, silently apart", (f"{_BASE_OPT}.apply(self,grads)",), "keras", _K3,
+    _p("horovod_own_updates.keras3_optimizers", "an update by an optimizer nobody averages over the ranks: its "
+       "gradients averaged within fit, refused with one line outside", "wraps", "process", "a custom loop or a "
+       "train_step with its own optimizers trained each rank alone under zero-code Horovod, silently apart (#84: "
+       "the keras-io GAN's, refused, now averaged)", (f"{_BASE_OPT}.apply(self,grads)",), "keras", _K3,
        frozenset({"horovod"})),
     _p("horovod_own_updates.tf_keras_optimizers", "the same for tf_keras' optimizers, new and legacy", "wraps",
        "process", "as horovod_own_updates.keras3_optimizers",

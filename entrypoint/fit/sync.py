@@ -40,10 +40,14 @@ def make_callback(keras: Any, tf: Any, engine: Any, plan: Any, broadcasts: tuple
 
 
 def _state(model: Any) -> list:
-    """The model's floating-point non-trainable variables (as tf.Variables under Keras 3)."""
-    if not getattr(model, "built", True):  # a model built on its first batch has no variables yet
+    """The model's floating-point non-trainable variables (as tf.Variables under Keras 3). A model built on its
+    first batch has none before it; a model never called itself (a GAN's, whose train_step calls its parts) is
+    never `built`, yet has its parts' and its metric trackers' (tf_keras: counted among its variables)."""
+    try:
+        variables = model.non_trainable_variables
+    except (AttributeError, ValueError):  # not built yet
         return []
-    return [v for v in tf_variables(model.non_trainable_variables) if v.dtype.is_floating]
+    return [v for v in tf_variables(variables) if v.dtype.is_floating]
 
 
 def _averager(tf: Any, engine: Any) -> Callable[[list], None]:

@@ -52,8 +52,8 @@ CORE_SCENARIOS = ("global_clipnorm", "builtin_callbacks", "save_then_load", "kfo
                   "saved_model_on_localhost")
 
 # tf_keras under Horovod: the scenarios whose Horovod fixes have a tf_keras side of their own (the metric states'
-# read, the synchronized moments: their registry entries per family); --full: all of them
-HOROVOD_TF_KERAS_SCENARIOS = ("ratio_metrics", "synchronized_batchnorm")
+# read, the synchronized moments, the train_step's own optimizers: their registry entries per family); --full: all
+HOROVOD_TF_KERAS_SCENARIOS = ("ratio_metrics", "synchronized_batchnorm", "own_optimizers_in_train_step")
 
 
 def _version(text: str) -> tuple[int, ...]:

@@ -615,6 +615,57 @@ def export_saved_model(out: str) -> dict:
     return fitted(model, history, served=numbers(np.sum(served.serve(x[:64]))), files=files(out))
 
 
+class TwoOptimizers(keras.Model):
+    """The GAN of Keras' "Customizing what happens in fit" guide: a discriminator and a generator, each updated by
+    an optimizer of the model's own `compile` (the "noise" a function of the batch, so that every mode draws the
+    same)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.discriminator = keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(8, activation="relu"),
+                                               keras.layers.Dense(1)])
+        self.generator = keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(FEATURES)])
+        self.d_loss_tracker, self.g_loss_tracker = keras.metrics.Mean(name="d_loss"), keras.metrics.Mean(name="g_loss")
+
+    def compile(self, d_optimizer, g_optimizer, loss_fn):  # noqa: ANN001, ANN201, A003
+        super().compile()
+        self.d_optimizer, self.g_optimizer, self.loss_fn = d_optimizer, g_optimizer, loss_fn
+
+    @property
+    def metrics(self):  # noqa: ANN201
+        return [self.d_loss_tracker, self.g_loss_tracker]
+
+    def train_step(self, real):  # noqa: ANN001, ANN201
+        if isinstance(real, tuple):
+            real = real[0]
+        noise = tf.reverse(real, axis=[1]) * 0.5
+        ones, zeros = tf.ones_like(real[:, :1]), tf.zeros_like(real[:, :1])
+        with tf.GradientTape() as tape:
+            predictions = self.discriminator(tf.concat([self.generator(noise), real], axis=0))
+            d_loss = self.loss_fn(tf.concat([ones, zeros], axis=0), predictions)
+        grads = tape.gradient(d_loss, self.discriminator.trainable_weights)
+        self.d_optimizer.apply_gradients(zip(grads, self.discriminator.trainable_weights))
+        with tf.GradientTape() as tape:
+            g_loss = self.loss_fn(zeros, self.discriminator(self.generator(noise)))
+        grads = tape.gradient(g_loss, self.generator.trainable_weights)
+        self.g_optimizer.apply_gradients(zip(grads, self.generator.trainable_weights))
+        self.d_loss_tracker.update_state(d_loss)
+        self.g_loss_tracker.update_state(g_loss)
+        return {"d_loss": self.d_loss_tracker.result(), "g_loss": self.g_loss_tracker.result()}
+
+
+@scenario
+def own_optimizers_in_train_step(out: str) -> dict:
+    """A train_step updating with two optimizers of the model's own compile (the keras-io GAN)."""
+    keras.utils.set_random_seed(0)
+    model = TwoOptimizers()
+    model.compile(keras.optimizers.Adam(0.003), keras.optimizers.Adam(0.003),
+                  keras.losses.BinaryCrossentropy(from_logits=True))
+    history = model.fit(tf.data.Dataset.from_tensor_slices(x).batch(BATCH), epochs=2, verbose=0)
+    return {"d_loss": numbers(history.history["d_loss"]), "g_loss": numbers(history.history["g_loss"]),
+            "weights": weights(model.discriminator) + "," + weights(model.generator)}
+
+
 @scenario
 def saved_model_on_localhost(out: str) -> dict:
     """TensorFlow's save-and-load tutorial: a SavedModel and a checkpoint written and read back with
