@@ -330,6 +330,11 @@ PATCHES: tuple[Patch, ...] = (
        "as downloads.keras3_get_file",
        ("keras.src.utils.data_utils:get_file(fname,origin,untar,md5_hash,file_hash,cache_subdir)",), "keras",
        _LEGACY, frozenset({"mwm", "horovod"})),
+    _p("own_shards.dataset_graph", "a dataset's serialized graph, whose constants (files, shard indices, arrays) "
+       "tell whether the ranks split it themselves", "reads", "call", "#84: a script sharding its own files was "
+       "split again by MWM, half the data an epoch, silently",
+       ("tensorflow.python.data.ops.dataset_ops:DatasetV2._as_serialized_graph(self,allow_stateful,"
+        "strip_device_assignment)",), "tensorflow", modes=frozenset({"mwm", "horovod"})),
     _p("io_device.localhost", "experimental_io_device='/job:localhost' of SaveOptions, LoadOptions and "
        "CheckpointOptions is this MWM worker's host", "wraps", "process", "#84: TensorFlow's save-and-load "
        "tutorial under MWM: '/job:localhost/replica:0/task:0/device:CPU:0 unknown device'",
@@ -355,6 +360,10 @@ PATCHES: tuple[Patch, ...] = (
     # Python
     _p("startup_stop.wakeup_fd", "signal.set_wakeup_fd while distrain starts", "replaces", "call",
        "#67: a stop while TensorFlow imports is not lost", ("signal:set_wakeup_fd",), "python"),
+    _p("stop_input.wakeup_fd", "signal.set_wakeup_fd during the script: a stop signal seen while the main thread "
+       "is held in C++", "replaces", "process", "#84: a group SIGTERM ended a PyDataset's pool workers and the "
+       "main thread waited for their batch for ever, its Python handler never run", ("signal:set_wakeup_fd",),
+       "python"),
     _p("stalls.stack_dump", "every thread's frame for a stuck rank's report", "reads", "call",
        "a stuck rank is named with where it is stuck", ("sys:_current_frames",), "python"),
     _p("log.stdout_line_end", "the chief's sys.stdout, remembering whether the script's output stands mid-line",

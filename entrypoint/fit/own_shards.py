@@ -3,15 +3,16 @@
 A script that keeps its share of a file list by `TF_CONFIG`'s task index or `SLURM_PROCID` (the seeds' guides), or
 by `dataset.shard(...)`, hands each rank other data. MWM's auto-sharding would then cut each rank's share again
 (half of the data an epoch on 2 workers, nothing said), and so would zero-code Horovod's split of every batch.
-`ranks_inputs_differ` tells it before the fit trains: each rank digests its input's first batch and its length,
-and the engine compares the digests (one collective). Where they differ, the script's split is kept: under MWM
+`ranks_inputs_differ` tells it before the fit trains: each rank digests its input (a dataset's graph: its files,
+shard indices, arrays; numpy arrays' first rows and length), and the engine compares the digests (one
+collective). Where they differ, the script's split is kept: under MWM
 the dataset's auto-sharding is turned off (TensorFlow's advice for a dataset sharded by hand: each worker's
 batches are then its share of the global batches, `batch_size` still the global batch), under Horovod each rank
 trains on its own batches (as a `dataset.shard` of Horovod's examples is left, batches.is_sharded). numpy arrays
 that differ between MWM's workers cannot be handed to Keras unsharded: refused in one line.
 
-Input whose first batch says nothing of a split is not compared: a generator or PyDataset (read once, it would
-lose the batch), and a dataset shuffled without a seed (its first batch differs on every rank anyway).
+A generator or PyDataset is not compared (only reading it would tell, and a read batch would be lost); a dataset's
+split made inside a function of its own (a `filter` on the rank) is not seen.
 """
 
 from __future__ import annotations
@@ -23,25 +24,24 @@ from ..errors import ConfigError
 from .arrays import is_array_input, is_dataset
 
 DIGEST_BITS = 20  # each rank's digest; compared as sums of v and v**2 in float64: exact below 2**26 for 2**12 ranks
+CONSTANT_BYTES = 1 << 20  # of a dataset's in-memory arrays, what is digested (a split's shares differ from the start)
+CONSTANT_STRINGS = 10_000  # of a constant's strings (a file list) and numbers
 ARRAYS_REFUSED = ("the ranks' numpy inputs differ (the script splits its data between the ranks itself), which "
                   "MWM would split again: give fit the whole arrays on every rank, or a tf.data.Dataset of the "
                   "rank's share")
 
 
 def input_digest(x: Any) -> int | None:
-    """A digest of fit's input as this rank sees it (its first batch and its length), or None where it cannot be
-    read without changing it."""
+    """A digest of fit's input as this rank sees it, or None where it cannot be had without reading the input: a
+    tf.data dataset's graph constants (its files, shard indices, in-memory arrays, seeds: what a split by rank
+    changes; reading a batch would draw a seeded reshuffle's next order, unlike plain python), numpy arrays' first
+    rows and length."""
     import numpy as np
 
     if x is None:
         return None
     if is_dataset(x):
-        from .resume import unseeded_shuffle
-
-        if unseeded_shuffle(x):
-            return None
-        leaves = [np.asarray(t) for t in _flat(next(iter(x.take(1)), None))]
-        return _digest([int(x.cardinality()), *leaves])
+        return _graph_digest(x)
     if is_array_input(x):
         leaves = [np.asarray(a) for a in _flat(x)]
         return _digest([len(leaves[0]) if leaves and leaves[0].ndim else 0,
@@ -63,6 +63,32 @@ def _digest(parts: list) -> int:
         array = np.ascontiguousarray(part)
         hasher.update(f"{array.dtype}{array.shape}".encode())
         hasher.update(array.tobytes() if array.dtype != object else repr(array.tolist()).encode())
+    return int.from_bytes(hasher.digest(), "little") % (1 << DIGEST_BITS)
+
+
+def _graph_digest(dataset: Any) -> int | None:
+    """The constants of the dataset's graph, in its order (a constant's first CONSTANT_BYTES and its size); the
+    functions' names, which count traces, left out."""
+    import tensorflow as tf
+
+    try:
+        # patch: own_shards.dataset_graph
+        serialized = dataset._as_serialized_graph(
+            strip_device_assignment=True,
+            external_state_policy=tf.data.experimental.ExternalStatePolicy.IGNORE).numpy()
+    except Exception:  # noqa: BLE001 - a dataset TensorFlow cannot serialize (external state): not compared
+        return None
+    hasher = hashlib.blake2b(digest_size=8)
+    hasher.update(str(int(dataset.cardinality())).encode())
+    for node in tf.compat.v1.GraphDef.FromString(serialized).node:
+        if node.op != "Const":
+            continue
+        tensor = node.attr["value"].tensor
+        hasher.update(f"{tensor.dtype}{tensor.tensor_shape}{len(tensor.tensor_content)}".encode())
+        hasher.update(tensor.tensor_content[:CONSTANT_BYTES])
+        hasher.update(repr(tensor.string_val[:CONSTANT_STRINGS]).encode())
+        hasher.update(repr(tensor.int64_val[:CONSTANT_STRINGS]).encode())
+        hasher.update(repr(tensor.float_val[:CONSTANT_STRINGS]).encode())
     return int.from_bytes(hasher.digest(), "little") % (1 << DIGEST_BITS)
 
 
