@@ -47,7 +47,10 @@ def reports_errors(func: Func) -> Func:
                 sys.stdout.flush()
                 sys.stderr.flush()
                 # everything is saved; the interpreter's teardown can hang in MWM's collectives (seen on TF 2.21:
-                # both workers stopped, then neither exited), so leave now
+                # both workers stopped, then neither exited), so leave now, and leave no data worker behind
+                from . import descendants, log
+
+                descendants.kill_all(log.filter_processes())
                 os._exit(EXIT_PREEMPTED)
             fail(str(exc), exc.exit_code)
 

@@ -105,3 +105,12 @@ def quiet_native_logs(verbose: bool = False) -> None:
     os.dup2(filt.stdin.fileno(), 2)
     filt.stdin.close()
     _FILTERED_IN = os.getpid()
+    _FILTER_PIDS.add(filt.pid)
+
+
+_FILTER_PIDS: set[int] = set()  # the filter processes: spared when a worker ends its descendants (descendants.py)
+
+
+def filter_processes() -> frozenset[int]:
+    """The log filter's process (a child of this one), which must outlive it to pass on its last lines."""
+    return frozenset(_FILTER_PIDS)

@@ -89,6 +89,18 @@ def resume_wanted(env: Mapping[str, str]) -> bool:
 _LOCKS: dict[str, int] = {}  # lock path -> file descriptor, held for the life of the process
 
 
+def _not_held_by_forked_children() -> None:
+    """A forked child (a PyDataset's pool worker) shares the lock's open file: one that outlived the run held it,
+    and the rerun was refused as "in use" by a dead process. The child lets go of its reference."""
+    for fd in _LOCKS.values():
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _LOCKS.clear()
+
+
+os.register_at_fork(after_in_child=_not_held_by_forked_children)
+
+
 def _lock(directory: str, rank: int) -> None:
     """Hold `.lock-rank<r>` for the life of this process; refuse if a live process holds it."""
     path = os.path.join(directory, f".lock-rank{rank}")

@@ -36,6 +36,7 @@ from .. import runs, startup_stop
 from ..errors import RunStopped
 from ..log import get as log
 from ..plan import Plan
+from . import stop_input
 
 if TYPE_CHECKING:
     from .checkpoint import Backup
@@ -82,6 +83,7 @@ class SignalFlag:
         self.signame: str | None = None
         self.in_fit = False
         self.fits_begun = 0
+        self.last_step = time.monotonic()  # when the fit's last step ended (stop_input.py)
 
     def install(self) -> None:
         for sig in startup_stop.STOP_SIGNALS:
@@ -107,6 +109,8 @@ def install(plan: Plan) -> SignalFlag:
     if not plan.elastic:
         flag.install()
     startup_stop.hand_over(handlers_installed=not plan.elastic)
+    if not plan.elastic:  # after hand_over, which gives the start-up's wakeup pipe back
+        stop_input.listen(plan, lambda: flag.in_fit, lambda: flag.last_step)
     return flag
 
 
@@ -161,6 +165,7 @@ class AgreedStop:
     def step_ended(self) -> None:
         """Called after each train-function call (steps.py): a batch hook would cost every step."""
         self.steps_since += 1
+        self.flag.last_step = time.monotonic()
         calls = self.position.calls
         if calls < self.next_check:
             return

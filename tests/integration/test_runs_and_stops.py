@@ -264,3 +264,38 @@ def test_a_scripts_own_except_exception_cannot_swallow_the_stop(tmp_path):
     assert proc.returncode == 75, out[-3000:]
     assert "stopped on SIGTERM after saving a checkpoint" in out, out[-3000:]
     assert "SWALLOWED" not in out and "AFTER" not in out, out[-3000:]
+
+
+def _processes_running(marker: str) -> list[int]:
+    """The processes whose command line holds `marker` (a run's script path)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_sigterm_to_the_whole_group_with_data_worker_processes_ends_75_in_seconds_and_leaves_nothing(tmp_path):
+    """scancel and a preemption signal the whole process group: a PyDataset's pool workers die at once, and the
+    batch they were making never comes. Before #84 the run printed "will checkpoint" and hung on that batch (the
+    stall watchdog blamed TensorFlow 30 min later), its pool workers lived on holding the run's lock, and a rerun
+    was refused as "in use by pid N"."""
+    script = str(ROOT / "tests" / "integration" / "scripts" / "slow_py_dataset.py")
+    env = keras_env("keras3", DISTRAIN_OUTPUT_DIR=str(tmp_path))
+    with Watched([DISTRAIN, "run", script], env) as proc:
+        proc.until(r"Epoch 2/")
+        time.sleep(3)  # mid-epoch: the workers are making batches
+        stopped = time.monotonic()
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=60) == 75, proc.output[-3000:]
+        assert time.monotonic() - stopped < 30, proc.output[-3000:]
+    deadline = time.monotonic() + 10
+    while _processes_running(script) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _processes_running(script), proc.output[-3000:]
+    with Watched([DISTRAIN, "run", script], env) as again:
+        again.until(r"Epoch \d+/30")
+        assert "in use by" not in again.output and "resum" in again.output, again.output[-3000:]

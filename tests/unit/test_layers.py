@@ -11,7 +11,7 @@ from helpers import ROOT
 
 PACKAGE = ROOT / "entrypoint"
 LAYERS = [  # bottom to top; a module's layer is that of the longest prefix naming it
-    ("base", ["errors", "log", "startup_stop"]),
+    ("base", ["errors", "log", "startup_stop", "descendants"]),
     ("decision", ["settings", "workdirs", "slurm", "runs", "ports", "gpus", "world", "keras_family", "plan",
                   "devices", "peers", "endings", "container_paths",
                   "user_site", "one_process_loops"]),
