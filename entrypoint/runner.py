@@ -26,7 +26,6 @@ from .compat import adopt, horovod_own_updates, tf_checkpoint, tf_keras_mwm
 from .engines import Engine
 from .fit import (
     batches,
-    callback_state,
     checkpoint,
     compile_arguments,
     own_shards,
@@ -247,8 +246,6 @@ def _compose_callbacks(engine: Engine, keras: Any, tf: Any, stage: Any, stage_nu
         script_epoch = int(arguments.get("initial_epoch") or 0)
         if (first := backup.first_epoch(script_epoch)) != script_epoch:  # fit's own argument, set only to resume
             arguments["initial_epoch"] = first
-        for lost in callback_state.not_restorable(user):
-            _say(engine, f"a resume cannot give back {lost}: they are those of the epochs since it")
         after.append(backup)
     stop = stopping.make_callback(stage, keras, tf, engine, backup, signals, training, tuple(user))
     after.append(stop)

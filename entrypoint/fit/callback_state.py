@@ -5,8 +5,11 @@ ModelCheckpoint(save_best_only=True) remembers the best value; a resumed fit wou
 stop, lower the learning rate or save at another epoch than the run never stopped. Their counters are written
 beside each checkpoint (`ckpt-N.callbacks`, JSON) and given back after the restore, which comes after their own
 `on_train_begin` resets them (the backup callback runs after the script's). The learning rate they lowered is the
-optimizer's, restored with it. EarlyStopping(restore_best_weights=True)'s best weights are not kept: named at
-start-up.
+optimizer's, restored with it. EarlyStopping(restore_best_weights=True)'s best weights go beside them
+(`ckpt-N.best-weights.npz`): a resumed run restored the first epoch after the resume instead (#84).
+
+Keras' History is the fit's own, made anew by every fit: a resumed fit returned the epochs since the resume only.
+The epochs' logs (`EpochLogs`) go into the same file and are put before the resumed fit's at its end.
 """
 
 from __future__ import annotations
@@ -24,6 +27,37 @@ KEPT = {  # class name (in the callback's MRO) -> the attributes that decide wha
     "ModelCheckpoint": ("best",),
 }
 SUFFIX = ".callbacks"  # not .json: a Keras 3 checkpoint is marked complete by its ckpt-N.json
+BEST_WEIGHTS = ".best-weights.npz"  # EarlyStopping(restore_best_weights=True)'s, beside the counters
+
+
+class EpochLogs:
+    """The logs of a fit's epochs ended so far, in History's form (`epoch`, `history`)."""
+
+    def __init__(self, saved: dict | None = None) -> None:
+        saved = saved or {}
+        self.epoch: list[int] = [int(e) for e in saved.get("epoch", [])]
+        self.history: dict[str, list] = {k: list(v) for k, v in saved.get("history", {}).items()}
+
+    def add(self, epoch: int, logs: dict | None) -> None:
+        self.epoch.append(int(epoch))
+        for key, value in (logs or {}).items():
+            self.history.setdefault(key, []).append(_number(value))
+
+    def as_json(self) -> dict:
+        return {"epoch": self.epoch, "history": self.history}
+
+    def copy(self) -> EpochLogs:
+        return EpochLogs(self.as_json())
+
+    def put_before(self, history: Any) -> None:
+        """Keras' History of the resumed fit, given the epochs before the resume first."""
+        if not self.epoch or history is None or not hasattr(history, "epoch"):
+            return
+        later = [e for e in history.epoch if e > self.epoch[-1]]
+        kept = len(history.epoch) - len(later)  # epochs History holds that these logs hold too: theirs kept
+        history.epoch[:] = self.epoch + later
+        for key in set(self.history) | set(history.history):
+            history.history[key] = self.history.get(key, []) + list(history.history.get(key, []))[kept:]
 
 
 def _kind(callback: Any) -> str | None:
@@ -50,12 +84,34 @@ def snapshot(callbacks: list) -> list[dict]:
     return found
 
 
-def write(checkpoint_prefix: str, callbacks: list) -> None:
+def write(checkpoint_prefix: str, callbacks: list, logged: EpochLogs | None = None) -> None:
     from ..runs import write_private_json
 
     state = snapshot(callbacks)
-    if state:
-        write_private_json(checkpoint_prefix + SUFFIX, {"callbacks": state})
+    best = [c.best_weights for c in callbacks if _kind(c) == "EarlyStopping" and getattr(c, "best_weights", None)]
+    if best:
+        _write_arrays(checkpoint_prefix + BEST_WEIGHTS, best[0])
+    if state or logged is not None:
+        write_private_json(checkpoint_prefix + SUFFIX, {"callbacks": state,
+                                                        "history": logged.as_json() if logged else {}})
+
+
+def _write_arrays(path: str, arrays: list) -> None:
+    import numpy as np
+
+    temporary = f"{path}.{os.getpid()}.npz"
+    with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as handle:
+        np.savez(handle, *arrays)
+    os.replace(temporary, path)
+
+
+def logged_before(checkpoint_prefix: str) -> EpochLogs:
+    """The epochs' logs kept with this checkpoint (none where it has none)."""
+    try:
+        with open(checkpoint_prefix + SUFFIX) as handle:
+            return EpochLogs(json.load(handle).get("history"))
+    except (OSError, ValueError, AttributeError):
+        return EpochLogs()
 
 
 def restore(checkpoint_prefix: str, callbacks: list) -> int:
@@ -75,8 +131,20 @@ def restore(checkpoint_prefix: str, callbacks: list) -> int:
         for name, value in kept["state"].items():
             if value is not None and not (isinstance(value, float) and math.isnan(value)):
                 setattr(callback, name, value)
+        if _kind(callback) == "EarlyStopping" and os.path.exists(checkpoint_prefix + BEST_WEIGHTS):
+            callback.best_weights = _read_arrays(checkpoint_prefix + BEST_WEIGHTS)
         restored += 1
     return restored
+
+
+def _read_arrays(path: str) -> list | None:
+    import numpy as np
+
+    try:
+        with np.load(path) as saved:
+            return [saved[f"arr_{i}"] for i in range(len(saved.files))]
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def _set_up_now(callback: Any) -> None:
@@ -89,12 +157,7 @@ def _set_up_now(callback: Any) -> None:
             callback._set_monitor_op()
 
 
-def not_restorable(callbacks: list) -> list[str]:
-    """What of the script's callbacks a resume cannot give back, in a few words each."""
-    return [f"{type(c).__name__}(restore_best_weights=True)'s best weights" for c in callbacks
-            if _kind(c) == "EarlyStopping" and getattr(c, "restore_best_weights", False)]
-
-
 def remove(checkpoint_prefix: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(checkpoint_prefix + SUFFIX)
+    for suffix in (SUFFIX, BEST_WEIGHTS):
+        with contextlib.suppress(OSError):
+            os.unlink(checkpoint_prefix + suffix)

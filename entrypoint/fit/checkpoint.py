@@ -94,6 +94,7 @@ class TfKerasBackup:
         self._position, self.written, self._averaged = (0, 0), False, False
         self._holding, self._held = False, None  # a checkpoint due at an epoch's last step, held for its end
         self.hooks = hooks
+        self.logged, self.earlier = callback_state.EpochLogs(), callback_state.EpochLogs()
 
     def first_epoch(self, script_initial_epoch: int) -> int:
         """tf_keras' fit reads its counters from this callback's checkpoint itself: the script's epoch stands."""
@@ -110,6 +111,7 @@ class TfKerasBackup:
             manager._max_to_keep = 2  # keep one older checkpoint to fall back to
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self.logged.add(epoch, logs)
         self._position, self._averaged = (epoch + 1, 0), True  # sync.py's callback averaged just before
         try:
             super().on_epoch_end(epoch, logs)
@@ -118,6 +120,10 @@ class TfKerasBackup:
                 self._backup(*held)
         finally:
             self._averaged = False
+
+    def on_train_end(self, logs: Any = None) -> None:
+        self.earlier.put_before(getattr(self.model, "history", None))
+        super().on_train_end(logs)
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
         # tf_keras assigns the step to its saved-batch variable before every step: an eager op (on a mirrored
@@ -165,7 +171,8 @@ class TfKerasBackup:
         if self.written:
             if newest := newest_checkpoint(self.chief_dir):
                 runs.write_position(newest, *self._position, _length_to_record(self.hooks))
-                callback_state.write(newest, self.script_callbacks)
+                callback_state.write(newest, self.script_callbacks, self.logged)
+                _drop_orphan_sidecars(self.chief_dir)
             workdirs.make_tree_private(self.backup_dir)  # TensorFlow writes with the umask: make it 0600/0700
 
     def _restore_guarded(self, begin: Callable[..., Any]) -> None:
@@ -185,6 +192,8 @@ class TfKerasBackup:
         if epoch < 0:
             return
         callback_state.restore(newest_checkpoint(self.chief_dir) or "", self.script_callbacks)
+        self.earlier = callback_state.logged_before(newest_checkpoint(self.chief_dir) or "")
+        self.logged = self.earlier.copy()
         position = runs.read_position(self.plan.checkpoint_dir)
         if position and self.hooks.exact and self.hooks.after_restore is not None:
             self.hooks.after_restore((position["epoch"], position["step"]))
@@ -226,6 +235,7 @@ class Keras3Backup:
         self._counted = 0  # the fit's steps when the last step ended
         self._due = False  # DISTRAIN_CHECKPOINT_EVERY steps passed since the last timed checkpoint
         self.hooks = hooks
+        self.logged, self.earlier = callback_state.EpochLogs(), callback_state.EpochLogs()
 
     def first_epoch(self, script_initial_epoch: int) -> int:
         """The epochs the newest checkpoint has done, as fit's `initial_epoch` (Keras' `self._initial_epoch or
@@ -255,6 +265,8 @@ class Keras3Backup:
                 # fit was started at the newest one's epoch (first_epoch): a rerun starts at the previous one's
                 self.hooks.stop_for_rerun(_set_aside(self.plan))
         callback_state.restore(newest, self.script_callbacks)
+        self.earlier = callback_state.logged_before(newest)
+        self.logged = self.earlier.copy()
         position = runs.read_position(self.plan.checkpoint_dir) if self.hooks.exact else None
         if position and self.hooks.after_restore is not None:
             self.hooks.after_restore((position["epoch"], position["step"]))
@@ -263,10 +275,12 @@ class Keras3Backup:
             log().info(f"resumed from checkpoint in {self.chief_dir}: training goes on at {at}")
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self.logged.add(epoch, logs)
         if self.save_freq == "epoch":
             self._save(epoch + 1, averaged=True)  # sync.py's callback averaged just before
 
     def on_train_end(self, logs: Any = None) -> None:
+        self.earlier.put_before(getattr(self.model, "history", None))
         if self.plan.is_chief:
             shutil.rmtree(self.chief_dir, ignore_errors=True)
 
@@ -287,7 +301,7 @@ class Keras3Backup:
                     self.model.save_weights(tmp)
                 os.replace(tmp, prefix + ".weights.h5")
                 runs.write_position(prefix, epochs_done, step, _length_to_record(self.hooks))
-                callback_state.write(prefix, self.script_callbacks)
+                callback_state.write(prefix, self.script_callbacks, self.logged)
                 with open(prefix + ".json.tmp", "w") as handle:
                     json.dump({"epochs_done": epochs_done}, handle)
                 os.replace(prefix + ".json.tmp", prefix + ".json")  # last: without it there is no checkpoint
@@ -347,6 +361,15 @@ def _epochs_done(prefix: str) -> int:
     """The epochs done that a Keras 3 checkpoint records (its .json, written last)."""
     with open(prefix + ".json") as handle:
         return int(json.load(handle)["epochs_done"])
+
+
+def _drop_orphan_sidecars(chief_dir: str) -> None:
+    """What distrain wrote beside a tf_keras checkpoint its CheckpointManager has since deleted (the position, the
+    callbacks' state, EarlyStopping's best weights: a model's size each)."""
+    for path in glob.glob(os.path.join(chief_dir, "ckpt-*.*")):
+        prefix = path[: path.index(".", len(chief_dir) + 1)]
+        if not glob.glob(prefix + ".index"):
+            remove_path(path)
 
 
 def _set_aside(plan: Plan) -> str:

@@ -36,6 +36,10 @@ parser.add_argument("--no-input-shape", action="store_true", help="a Sequential 
 parser.add_argument("--reduce-lr-on-plateau", action="store_true",
                     help="ReduceLROnPlateau(monitor='loss', patience=0): the learning rate halves at the end of "
                          "every epoch from the second on (its min_delta of 10 counts no epoch as an improvement)")
+parser.add_argument("--early-stopping", action="store_true",
+                    help="EarlyStopping(monitor='loss', patience=2, restore_best_weights=True): its min_delta of 10 "
+                         "counts only the first epoch as an improvement, so the third's end restores the first's "
+                         "weights")
 parser.add_argument("--own-backup", action="store_true",
                     help="the script's own BackupAndRestore into DIR/backup (the Keras guides' fault tolerance)")
 args = parser.parse_args()
@@ -127,23 +131,30 @@ callbacks = [StopAt(*map(int, stop_at.split(":")), crash="CRASH_AT" in os.enviro
                     kill="KILL_AT" in os.environ)] if stop_at else []
 if args.reduce_lr_on_plateau:
     callbacks.append(tf.keras.callbacks.ReduceLROnPlateau(monitor="loss", factor=0.5, patience=0, min_delta=10.0))
+if args.early_stopping:
+    callbacks.append(tf.keras.callbacks.EarlyStopping(monitor="loss", min_delta=10.0, patience=2,
+                                                      restore_best_weights=True))
 if args.own_backup:
     callbacks.append(tf.keras.callbacks.BackupAndRestore(os.path.join(args.out, "backup")))
 if args.input == "numpy":
-    model.fit(x, y, batch_size=args.batch_size, epochs=args.epochs, shuffle=True, callbacks=callbacks)
+    history = model.fit(x, y, batch_size=args.batch_size, epochs=args.epochs, shuffle=True, callbacks=callbacks)
 elif args.input == "tfdata":
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(args.samples, seed=7).batch(args.batch_size)
-    model.fit(dataset, epochs=args.epochs, callbacks=callbacks)
+    history = model.fit(dataset, epochs=args.epochs, callbacks=callbacks)
 elif args.input == "tfrecord":  # the tf.data performance guide's pipeline over TFRecord shards
     dataset = (tf.data.Dataset.from_tensor_slices(write_shards(4)).interleave(
         tf.data.TFRecordDataset, cycle_length=2, num_parallel_calls=tf.data.AUTOTUNE)
         .map(parse, num_parallel_calls=tf.data.AUTOTUNE).cache().shuffle(args.samples, seed=7)
         .batch(args.batch_size).prefetch(tf.data.AUTOTUNE))  # of unknown length: Keras' epochs end where it ends
-    model.fit(dataset, epochs=args.epochs, callbacks=callbacks)
+    history = model.fit(dataset, epochs=args.epochs, callbacks=callbacks)
 else:  # Horovod's and TensorFlow's examples: an endless stream, epochs of steps_per_epoch batches (batches
     # straddle the passes over the samples)
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(args.samples, seed=7).repeat().batch(args.batch_size)
-    model.fit(dataset, epochs=args.epochs, steps_per_epoch=args.samples // args.batch_size, callbacks=callbacks)
+    history = model.fit(dataset, epochs=args.epochs, steps_per_epoch=args.samples // args.batch_size,
+                        callbacks=callbacks)
+with open(os.path.join(args.out, f"history-rank{my_rank()}.json"), "w") as handle:  # what fit returned
+    json.dump({"epoch": history.epoch, "history": {k: [float(v) for v in vs] for k, vs in history.history.items()}},
+              handle)
 if args.batch_norm:  # the weights, and apart the moving statistics: read on every rank (under MWM tf_keras
     # reading them is a collective), written by the chief
     weights = np.concatenate([w.numpy().ravel() for w in model.trainable_weights])
