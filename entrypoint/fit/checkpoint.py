@@ -26,7 +26,7 @@ from .. import runs, workdirs
 from ..log import get as log
 from ..plan import Plan
 from ..runs import checkpoint_number, newest_checkpoint
-from . import callback_state
+from . import callback_state, epoch_metrics
 from .saves import distrains_own, local_reads_for, remove_path
 
 if TYPE_CHECKING:
@@ -123,6 +123,7 @@ class TfKerasBackup:
 
     def on_train_end(self, logs: Any = None) -> None:
         self.earlier.put_before(getattr(self.model, "history", None))
+        epoch_metrics.remove(self.plan)
         super().on_train_end(logs)
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
@@ -155,6 +156,8 @@ class TfKerasBackup:
             return
         if self.hooks.before_write is not None and not self._averaged:
             self.hooks.before_write(self._position)  # every rank is here: a timed checkpoint, a stop (stopping.py)
+        if self.hooks.exact:
+            epoch_metrics.save(self.plan, self._position, self.model)
         if not self.plan.is_chief:
             # only the chief writes. Under MWM tf_keras has every worker write a copy (to a temp dir it then
             # deletes), because reading an ON_READ variable is a collective all must join; the chief reads
@@ -195,8 +198,8 @@ class TfKerasBackup:
         self.earlier = callback_state.logged_before(newest_checkpoint(self.chief_dir) or "")
         self.logged = self.earlier.copy()
         position = runs.read_position(self.plan.checkpoint_dir)
-        if position and self.hooks.exact and self.hooks.after_restore is not None:
-            self.hooks.after_restore((position["epoch"], position["step"]))
+        if position and self.hooks.exact:
+            _restored_at(self, (position["epoch"], position["step"]))
         if self.plan.is_chief:
             at = runs.describe(**position, stage=self.stage) if position else f"the end of epoch {epoch + 1}"
             log().info(f"resumed from checkpoint in {self.chief_dir}: training goes on at {at}")
@@ -268,8 +271,8 @@ class Keras3Backup:
         self.earlier = callback_state.logged_before(newest)
         self.logged = self.earlier.copy()
         position = runs.read_position(self.plan.checkpoint_dir) if self.hooks.exact else None
-        if position and self.hooks.after_restore is not None:
-            self.hooks.after_restore((position["epoch"], position["step"]))
+        if position:
+            _restored_at(self, (position["epoch"], position["step"]))
         if self.plan.is_chief:
             at = runs.describe(**position, stage=self.stage) if position else runs.describe(done, 0, self.stage)
             log().info(f"resumed from checkpoint in {self.chief_dir}: training goes on at {at}")
@@ -281,12 +284,15 @@ class Keras3Backup:
 
     def on_train_end(self, logs: Any = None) -> None:
         self.earlier.put_before(getattr(self.model, "history", None))
+        epoch_metrics.remove(self.plan)
         if self.plan.is_chief:
             shutil.rmtree(self.chief_dir, ignore_errors=True)
 
     def _save(self, epochs_done: int, step: int = 0, averaged: bool = False) -> bool:
         if self.hooks.before_write is not None and not averaged:
             self.hooks.before_write((epochs_done, step))  # every rank is here: a timed checkpoint, a stop
+        if self.hooks.exact:
+            epoch_metrics.save(self.plan, (epochs_done, step), self.model)
         if not self.plan.is_chief:
             return True  # the chief reads locally: nothing collective for the others to join
         os.makedirs(self.chief_dir, mode=0o700, exist_ok=True)
@@ -361,6 +367,16 @@ def _epochs_done(prefix: str) -> int:
     """The epochs done that a Keras 3 checkpoint records (its .json, written last)."""
     with open(prefix + ".json") as handle:
         return int(json.load(handle)["epochs_done"])
+
+
+def _restored_at(backup: Any, position: tuple[int, int]) -> None:
+    """Each rank's own state kept at a mid-epoch `position` given back: sync.py's, the epoch's metrics."""
+    if backup.hooks.after_restore is not None:
+        backup.hooks.after_restore(position)
+    say = (lambda line: log().info(line)) if backup.plan.is_chief else (lambda line: None)
+    add = epoch_metrics.after_first_step(backup.plan, position, backup.model, say)
+    if add is not None:
+        backup.hooks.position.observers.append(add)
 
 
 def _drop_orphan_sidecars(chief_dir: str) -> None:

@@ -24,23 +24,24 @@ KEEP = 2  # positions kept per rank: as many as the checkpoints kept (checkpoint
 _NAME = re.compile(r"e(\d+)-s(\d+)\.rank(\d+)-of(\d+)\.npz$")
 
 
-def _directory(state_dir: str) -> str:
-    return os.path.join(state_dir, "ranks")
+def _directory(state_dir: str, folder: str = "ranks") -> str:
+    return os.path.join(state_dir, folder)
 
 
-def _path(state_dir: str, position: Sequence[int], rank: int, size: int) -> str:
+def _path(state_dir: str, position: Sequence[int], rank: int, size: int, folder: str = "ranks") -> str:
     epoch, step = position
-    return os.path.join(_directory(state_dir), f"e{epoch}-s{step}.rank{rank}-of{size}.npz")
+    return os.path.join(_directory(state_dir, folder), f"e{epoch}-s{step}.rank{rank}-of{size}.npz")
 
 
-def save(state_dir: str, position: Sequence[int], rank: int, size: int, values: list[np.ndarray]) -> None:
+def save(state_dir: str, position: Sequence[int], rank: int, size: int, values: list[np.ndarray],
+         folder: str = "ranks") -> None:
     """Write this rank's values for a checkpoint at `position` (temp + rename, 0600 in a 0700 directory); keep
-    this rank's newest KEEP positions."""
+    this rank's newest KEEP positions. `folder`: what they are (epoch_metrics.py keeps its own)."""
     import numpy as np  # not at import time: distrain's front door runs without numpy
 
-    directory = _directory(state_dir)
+    directory = _directory(state_dir, folder)
     os.makedirs(directory, mode=0o700, exist_ok=True)
-    path = _path(state_dir, position, rank, size)
+    path = _path(state_dir, position, rank, size, folder)
     tmp = os.path.join(directory, f".tmp-{os.getpid()}-{os.path.basename(path)}")
     with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as handle:
         np.savez(handle, *values)
@@ -82,10 +83,16 @@ def restore(state_dir: str, position: Sequence[int], rank: int, size: int,
             f"then, {size} now)")
 
 
-def remove(state_dir: str, rank: int) -> None:
+def remove(state_dir: str, rank: int, folder: str = "ranks") -> None:
     """This rank's copies, once its fit has ended: nothing is resumed from them."""
-    for path in glob.glob(os.path.join(_directory(state_dir), f"e*-s*.rank{rank}-of*.npz")):
+    for path in glob.glob(os.path.join(_directory(state_dir, folder), f"e*-s*.rank{rank}-of*.npz")):
         os.unlink(path)
+
+
+def own(state_dir: str, position: Sequence[int], rank: int, size: int, folder: str) -> list[np.ndarray] | None:
+    """This rank's own values kept at `position` by as many ranks, or None."""
+    path = _path(state_dir, position, rank, size, folder)
+    return _load(path) if os.path.exists(path) else None
 
 
 def local_values(variables: list, tf: Any, mwm: bool) -> list[np.ndarray]:

@@ -1,0 +1,78 @@
+"""The interrupted epoch's metric states, kept with a mid-epoch checkpoint: its logs as the run never stopped.
+
+Keras resets the metrics at every epoch's start and logs the epoch's loss and metrics from their states: a run
+stopped at epoch 2 step 3 and resumed logged epoch 2's loss as the mean of the steps after the resume (1.19144
+where the run never stopped logs 1.06224), and a callback watching `loss` (EarlyStopping, ReduceLROnPlateau)
+decided on that number. Every rank keeps its own states beside the checkpoint (rank_state.py's per-rank files, in
+`metrics/`); after the resumed epoch's first step each rank adds them to its states, which Keras' reset left at
+zero before that step: Keras' metric states are sums (totals and counts, true and false positives, AUC's bins), so
+the sum is what the run never stopped holds. Resumed on another number of ranks, they are left out (said).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from . import rank_state
+
+FOLDER = "metrics"
+
+
+def variables(model: Any) -> list:
+    """The model's metric states as tf.Variables, in a fixed order (the loss tracker's, the compiled metrics'):
+    Keras 3 and tf_keras both list them under `model.metrics`."""
+    from ..compat.keras3_horovod import tf_variables
+
+    return tf_variables([v for metric in getattr(model, "metrics", []) for v in getattr(metric, "variables", [])])
+
+
+def applies(plan: Any) -> bool:
+    """Kept where each process is one replica, its states its own (not MirroredStrategy's several in one)."""
+    return bool(plan.checkpoint_dir) and plan.replicas == plan.size
+
+
+def save(plan: Any, position: tuple[int, int], model: Any) -> None:
+    """This rank's metric states at a mid-epoch `position` (every rank calls it, no collective)."""
+    import tensorflow as tf
+
+    states = variables(model) if applies(plan) and position[1] > 0 else []
+    if states:
+        values = rank_state.local_values(states, tf, mwm=plan.replicas > 1 and plan.mode == "mwm")
+        rank_state.save(plan.checkpoint_dir, position, plan.rank, plan.size, values, FOLDER)
+
+
+def after_first_step(plan: Any, position: tuple[int, int], model: Any,
+                     say: Callable[[str], None]) -> Callable[[], None] | None:
+    """What adds this rank's kept states once the resumed epoch's first step has run (a step observer), or None
+    where nothing was kept at `position` for this number of ranks."""
+    if position[1] == 0 or not applies(plan):
+        return None
+    kept = rank_state.own(plan.checkpoint_dir, position, plan.rank, plan.size, FOLDER)
+    if kept is None:
+        say("the interrupted epoch's metric states were not kept for this number of ranks: its logs count the "
+            "steps since the resume only")
+        return None
+    pending = [kept]
+
+    def add_kept() -> None:
+        if not pending:
+            return
+        values, states = pending.pop(), variables(model)
+        if len(values) == len(states):
+            for state, value in zip(states, values):
+                _local(state).assign_add(value.astype(state.dtype.as_numpy_dtype))
+
+    return add_kept
+
+
+def _local(variable: Any) -> Any:
+    """The variable this process adds to: an MWM worker's own copy of a distributed (on-read) one."""
+    copies = getattr(variable, "values", None)
+    return copies[0] if copies else variable
+
+
+def remove(plan: Any) -> None:
+    """This rank's kept states, once its fit has ended."""
+    if plan.checkpoint_dir:
+        rank_state.remove(plan.checkpoint_dir, plan.rank, FOLDER)
