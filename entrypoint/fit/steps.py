@@ -44,6 +44,8 @@ class TrainingPosition:
         done, so that a step's index is the same whether the epoch was interrupted or not. learnt_length: the
         epochs' length of a dataset of unknown length, once learnt (None until then)."""
         self.observers: list[StepObserver] = []
+        # done before the next train-function call, once: a stop agreed at a step, after that step's batch hooks
+        self.before_next_call: Callable[[], None] | None = None
         self.epoch = 0  # 0-based: the epoch in progress
         self.batch = -1  # the last batch of it that a step ended at (-1: none yet)
         self.steps = 0  # batches trained in this fit
@@ -132,6 +134,9 @@ def observed(model: Any, position: TrainingPosition,
         position.steps_per_call = steps_per_call(model)
 
         def train_function(*call_args: Any, **call_kwargs: Any) -> Any:
+            if position.before_next_call is not None:
+                pending, position.before_next_call = position.before_next_call, None
+                pending()
             logs = function(*call_args, **call_kwargs)
             if logs_of_the_global_batch is not None:
                 logs = logs_of_the_global_batch(logs)

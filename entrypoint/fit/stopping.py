@@ -183,8 +183,9 @@ class AgreedStop:
         if (stop > 0 or checkpoint_due > 0) and lasts == count:  # every rank's epoch ends here: wait for its end
             self.at_epoch_end = (stop > 0, checkpoint_due > 0)
             return
-        if stop > 0:
-            self._stop()
+        if stop > 0:  # after this step's batch hooks (the script's too), before the next step: as it ran through
+            self.position.before_next_call = self._stop
+            return
         if checkpoint_due > 0:
             self._timed_checkpoint()
 

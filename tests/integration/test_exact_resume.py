@@ -187,7 +187,8 @@ def test_a_resumed_fit_returns_every_epochs_history_and_early_stopping_restores_
     """Before #84 a resumed fit's History held the epochs since the resume only, its interrupted epoch's loss was
     the mean of the steps after the resume, and EarlyStopping(restore_best_weights=True) restored the weights of
     the first epoch after the resume instead of the best one (here the first epoch's, restored at the third's end).
-    Each rank's History is the run never stopped's."""
+    Each rank's History is the run never stopped's, and the script's own batch hook ran once for every batch (the
+    step the stop landed on lost its call)."""
     launcher, args = LAUNCHERS[mode], ("--early-stopping",)
     a = never_stopped(kept_runs, launcher, family, "numpy", args)
     stop_and_resume(launcher, tmp_path, family, "numpy", args)
@@ -196,6 +197,8 @@ def test_a_resumed_fit_returns_every_epochs_history_and_early_stopping_restores_
         want, got = (json.loads(path.read_text()) for path in (rank_file, tmp_path / "b" / rank_file.name))
         assert got["epoch"] == want["epoch"] == [0, 1, 2], (got, want)
         assert np.allclose(got["history"]["loss"], want["history"]["loss"], rtol=1e-6, atol=0), (got, want)
+    for rank_file in sorted(a.glob("batch-ends-rank*.txt")):
+        assert (tmp_path / "b" / rank_file.name).read_text() == rank_file.read_text(), rank_file.name
 
 
 def test_a_run_stopped_twice_in_one_epoch_resumes_exactly(tmp_path, kept_runs):

@@ -39,7 +39,7 @@ parser.add_argument("--reduce-lr-on-plateau", action="store_true",
 parser.add_argument("--early-stopping", action="store_true",
                     help="EarlyStopping(monitor='loss', patience=2, restore_best_weights=True): its min_delta of 10 "
                          "counts only the first epoch as an improvement, so the third's end restores the first's "
-                         "weights")
+                         "weights; and a batch hook of the script's own recording every call")
 parser.add_argument("--own-backup", action="store_true",
                     help="the script's own BackupAndRestore into DIR/backup (the Keras guides' fault tolerance)")
 args = parser.parse_args()
@@ -120,6 +120,17 @@ class StopAt(tf.keras.callbacks.Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+class RecordBatchEnds(tf.keras.callbacks.Callback):
+    """The script's own batch hook: every call appends its epoch and batch to DIR/batch-ends-rank<r>.txt."""
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        with open(os.path.join(args.out, f"batch-ends-rank{my_rank()}.txt"), "a") as handle:
+            handle.write(f"{self.epoch}:{batch}\n")
+
+
 normalize = [tf.keras.layers.BatchNormalization()] if args.batch_norm else []
 shape = [] if args.no_input_shape else [tf.keras.layers.Input((5,))]
 model = tf.keras.Sequential([*shape, RecordIds(), tf.keras.layers.Dense(8, activation="relu"), *normalize,
@@ -134,6 +145,7 @@ if args.reduce_lr_on_plateau:
 if args.early_stopping:
     callbacks.append(tf.keras.callbacks.EarlyStopping(monitor="loss", min_delta=10.0, patience=2,
                                                       restore_best_weights=True))
+    callbacks.append(RecordBatchEnds())
 if args.own_backup:
     callbacks.append(tf.keras.callbacks.BackupAndRestore(os.path.join(args.out, "backup")))
 if args.input == "numpy":
