@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .errors import EXIT_PREEMPTED
@@ -41,12 +41,9 @@ def install() -> None:
     """Catch the stop signals from now until `hand_over`: each ends the process with exit 75 and one line."""
     if _STOP.active or threading.current_thread() is not threading.main_thread():
         return
-    read_fd, write_fd = os.pipe()
-    os.set_blocking(write_fd, False)
     for sig in STOP_SIGNALS:
         signal.signal(sig, _handle)
-    # patch: startup_stop.wakeup_fd
-    _STOP.previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    read_fd, _STOP.previous_fd = wakeup_pipe()
     _STOP.active = True
     threading.Thread(target=_watch, args=(read_fd,), name="distrain-startup-stop", daemon=True).start()
     os.register_at_fork(before=_hold_stop_signals, after_in_parent=_release_stop_signals,
@@ -106,7 +103,17 @@ def _handle(signum: int, frame: Any) -> None:  # noqa: ARG001
     _stop(signum)
 
 
-def _watch(read_fd: int) -> None:
+def wakeup_pipe() -> tuple[int, int]:
+    """A pipe Python's C-level signal handler writes each signal's number to, even while the main thread is held
+    in C++ (its Python handler then waits): its read end, and the wakeup fd it replaces."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    # patch: startup_stop.wakeup_fd
+    return read_fd, signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+
+
+def signals_from(read_fd: int) -> Iterator[int]:
+    """The signal numbers written to a wakeup pipe, as they come; ends with the pipe."""
     while True:
         try:
             data = os.read(read_fd, 1)
@@ -114,8 +121,13 @@ def _watch(read_fd: int) -> None:
             return
         if not data:
             return
-        if data[0] in STOP_SIGNALS:
-            _stop(data[0])
+        yield data[0]
+
+
+def _watch(read_fd: int) -> None:
+    for signum in signals_from(read_fd):
+        if signum in STOP_SIGNALS:
+            _stop(signum)
 
 
 def _stop(signum: int) -> None:

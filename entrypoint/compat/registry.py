@@ -358,12 +358,10 @@ PATCHES: tuple[Patch, ...] = (
         "tensorflow.python.data.ops.shuffle_op:_ShuffleDataset(input_dataset,buffer_size,seed)",
         "tensorflow.python.data.ops.map_op:_MapDataset(input_dataset,map_func)"), "tensorflow"),
     # Python
-    _p("startup_stop.wakeup_fd", "signal.set_wakeup_fd while distrain starts", "replaces", "call",
-       "#67: a stop while TensorFlow imports is not lost", ("signal:set_wakeup_fd",), "python"),
-    _p("stop_input.wakeup_fd", "signal.set_wakeup_fd during the script: a stop signal seen while the main thread "
-       "is held in C++", "replaces", "process", "#84: a group SIGTERM ended a PyDataset's pool workers and the "
-       "main thread waited for their batch for ever, its Python handler never run", ("signal:set_wakeup_fd",),
-       "python"),
+    _p("startup_stop.wakeup_fd", "signal.set_wakeup_fd while distrain starts, and again during the script's fits "
+       "(fit/stop_input.py)", "replaces", "process", "#67: a stop while TensorFlow imports is not lost; #84: a group "
+       "SIGTERM ended a PyDataset's pool workers and the main thread, held in C++, waited for their batch for ever",
+       ("signal:set_wakeup_fd",), "python"),
     _p("stalls.stack_dump", "every thread's frame for a stuck rank's report", "reads", "call",
        "a stuck rank is named with where it is stuck", ("sys:_current_frames",), "python"),
     _p("log.stdout_line_end", "the chief's sys.stdout, remembering whether the script's output stands mid-line",

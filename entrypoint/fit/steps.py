@@ -83,6 +83,15 @@ class TrainingPosition:
         self.batch = resumed_step - 1 if epoch == resumed_epoch else -1
         self._resumed_at = None  # later epochs start at their first step
 
+    def do_before_next_call(self, action: Callable[[], None]) -> None:
+        """Do `action` once, before the next train-function call (after this step's batch hooks)."""
+        self.before_next_call = action
+
+    def call_begins(self) -> None:
+        pending, self.before_next_call = self.before_next_call, None
+        if pending is not None:
+            pending()
+
     def call_ended(self) -> None:
         batch = self.batch + self.steps_per_call
         if self._keras_steps:  # an epoch's last call runs only the steps left (Keras truncates it)
@@ -134,9 +143,7 @@ def observed(model: Any, position: TrainingPosition,
         position.steps_per_call = steps_per_call(model)
 
         def train_function(*call_args: Any, **call_kwargs: Any) -> Any:
-            if position.before_next_call is not None:
-                pending, position.before_next_call = position.before_next_call, None
-                pending()
+            position.call_begins()
             logs = function(*call_args, **call_kwargs)
             if logs_of_the_global_batch is not None:
                 logs = logs_of_the_global_batch(logs)

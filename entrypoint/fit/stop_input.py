@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from .. import descendants, endings
+from .. import descendants, endings, startup_stop
 from ..errors import EXIT_PREEMPTED
 from ..log import filter_processes
 from ..plan import Plan
@@ -50,25 +50,15 @@ def waits_on_a_pool() -> bool:
 def listen(plan: Plan, in_fit: Callable[[], bool], last_step: Callable[[], float]) -> None:
     """From now on, a stop signal that comes while `in_fit()` starts the watch (`last_step`: when the fit's last
     step ended)."""
-    read_fd, write_fd = os.pipe()
-    os.set_blocking(write_fd, False)
-    # patch: stop_input.wakeup_fd
-    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    read_fd, _ = startup_stop.wakeup_pipe()
     threading.Thread(target=_listen, args=(read_fd, plan, in_fit, last_step), daemon=True,
                      name="distrain-stop-input").start()
 
 
 def _listen(read_fd: int, plan: Plan, in_fit: Callable[[], bool], last_step: Callable[[], float]) -> None:
-    stops = {int(s) for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)}
-    while True:
-        try:
-            data = os.read(read_fd, 1)
-        except OSError:
-            return
-        if not data:
-            return
-        if data[0] in stops and in_fit():
-            _watch(plan, signal.Signals(data[0]).name, last_step, time.monotonic())
+    for signum in startup_stop.signals_from(read_fd):
+        if signum in startup_stop.STOP_SIGNALS and in_fit():
+            _watch(plan, signal.Signals(signum).name, last_step, time.monotonic())
             return
 
 

@@ -184,7 +184,7 @@ class AgreedStop:
             self.at_epoch_end = (stop > 0, checkpoint_due > 0)
             return
         if stop > 0:  # after this step's batch hooks (the script's too), before the next step: as it ran through
-            self.position.before_next_call = self._stop
+            self.position.do_before_next_call(self._stop)
             return
         if checkpoint_due > 0:
             self._timed_checkpoint()

@@ -48,20 +48,24 @@ def test_a_stop_at_an_epochs_last_step_is_taken_after_its_end(length, learnt):
     assert fit.backup.saved == [(1, 6)]
 
 
-def test_a_stop_within_an_epoch_is_taken_at_once():
+def test_a_stop_within_an_epoch_is_taken_before_the_next_step_after_this_ones_batch_hooks():
+    """The script's batch-end callbacks of the step the stop lands on run first (#84: before, never)."""
     fit = Fit()
+    fit.step_ends_at(1, 3, 7)
+    assert fit.backup.saved == []  # Keras calls the step's batch-end callbacks now
     with pytest.raises(stopping.Preempted):
-        fit.step_ends_at(1, 3, 7)
+        fit.position.call_begins()
     assert fit.backup.saved == [(1, 3)]
 
 
-def test_ranks_that_disagree_about_the_epochs_end_all_stop_at_once():
+def test_ranks_that_disagree_about_the_epochs_end_all_stop_before_the_next_step():
     """Another rank's epoch does not end at this step (a rank that has not learnt the length yet): its sum of
     "last" is below the count, and every rank stops here rather than some waiting while others write."""
     other_rank = [0.0, 0.001, 0.0, 1.0, 0.0]  # [signalled, step time, checkpoint due, one, last]
     fit = Fit(reduce_sum=lambda values: [a + b for a, b in zip(values, other_rank, strict=True)])
+    fit.step_ends_at(1, 6, 7)
     with pytest.raises(stopping.Preempted):
-        fit.step_ends_at(1, 6, 7)
+        fit.position.call_begins()
     assert fit.backup.saved == [(1, 6)]
 
 
