@@ -23,6 +23,11 @@ from .workdirs import WorkDir
 
 COLLECTIVES = ("auto", "ring", "nccl")
 PROXY_VARS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")
+# Horovod's Gloo ends a collective whose peer is this late, horovodrun sets it to its default of 30 s: a rank slowed
+# by a loaded node (a directory scan, the first step's tracing) ended the run. distrain's stall watchdog's first
+# allowance instead (DISTRAIN_STALL_PAUSE_SECONDS' default); a value of the user's own is kept.
+GLOO_TIMEOUT_SECONDS = 1800
+HOROVODRUN_GLOO_TIMEOUT = "30"
 
 
 @dataclass(frozen=True)
@@ -249,6 +254,11 @@ def _environment_effects(env: Mapping[str, str], mode: str, keras: str, devices:
         env_set["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
     if keras_home:
         env_set["KERAS_HOME"] = keras_home
+    gloo_timeout = env.get("HOROVOD_GLOO_TIMEOUT_SECONDS", HOROVODRUN_GLOO_TIMEOUT)
+    if mode == "horovod" and gloo_timeout == HOROVODRUN_GLOO_TIMEOUT:
+        env_set["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(GLOO_TIMEOUT_SECONDS)
+        reasons["gloo"] = (f"timeout {GLOO_TIMEOUT_SECONDS} s: at Gloo's 30 s a rank waiting for a slow one ended the "
+                           "run ('Horovod has been shut down'); a stuck rank is the stall watchdog's to name")
     env_unset = [v for v in PROXY_VARS if env.get(v)] if mode == "mwm" else []
     if env_unset:
         reasons["unset"] = "gRPC would send MWM's traffic to the proxy and hang"

@@ -338,3 +338,14 @@ def test_a_script_importing_both_keras_gets_the_one_plain_python_gets_or_is_aske
         detect({}, gpus=[], script=str(script), packages=KERAS3_TF217)
     assert detect({"DISTRAIN_KERAS": "keras3"}, gpus=[], script=str(script), packages=KERAS3_TF217).keras == "keras3"
     assert detect({"TF_USE_LEGACY_KERAS": "1"}, gpus=[], script=str(script), packages=KERAS3_TF217).keras == "legacy"
+
+
+def test_horovods_gloo_timeout_is_the_stall_watchdogs_unless_the_user_set_one():
+    """#84: a rank slowed by a loaded machine ended a Horovod x2 run ("Horovod has been shut down") at Gloo's 30 s,
+    which horovodrun sets itself; distrain's watchdog names a stuck rank instead."""
+    launched = {"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2", "HOROVOD_LOCAL_RANK": "0", "HOROVOD_LOCAL_SIZE": "2"}
+    for given in ({}, {"HOROVOD_GLOO_TIMEOUT_SECONDS": "30"}):
+        assert dict(detect({**launched, **given}, gpus=[]).env_set)["HOROVOD_GLOO_TIMEOUT_SECONDS"] == "1800"
+    own = detect({**launched, "HOROVOD_GLOO_TIMEOUT_SECONDS": "600"}, gpus=[])
+    assert "HOROVOD_GLOO_TIMEOUT_SECONDS" not in dict(own.env_set)
+    assert "HOROVOD_GLOO_TIMEOUT_SECONDS" not in dict(detect({}, gpus=[]).env_set)
