@@ -143,9 +143,11 @@ def plan_cmd(
 
 
 @app.command()
-def doctor() -> None:
-    """Show the Plan, versions (TensorFlow, Keras, Horovod, CUDA), GPUs, proxies, caches and every patch of another
-    library; report problems."""
+def doctor(
+    patches: bool = typer.Option(False, "--patches", help="List every patch of another library and its state."),
+) -> None:
+    """Show the Plan, versions (TensorFlow, Keras, Horovod, CUDA), GPUs, proxies, caches and whether distrain's
+    patches of other libraries find what they know; report problems, each on one line."""
     from .tools import doctor as checks
 
     typer.echo(f"distrain {__version__}, Python {platform.python_version()}, {platform.node()}")
@@ -156,7 +158,7 @@ def doctor() -> None:
     except DistrainError as exc:
         problems.append(str(exc))
     typer.echo("")
-    problems += checks.problems(plan)
+    problems += checks.problems(plan, every_patch=patches)
     if problems:
         for problem in problems:
             typer.echo(f"problem: {problem}", err=True)

@@ -107,13 +107,22 @@ def _doctor_tensorflow(plan: Plan | None, problems: list[str]) -> None:
         problems.append(NO_GPU_HINT)
 
 
-def _doctor_patches(plan: Plan | None, problems: list[str]) -> None:
-    """Every patch of another library (compat/registry.py) and its state for the versions installed here."""
+def _doctor_patches(plan: Plan | None, problems: list[str], every: bool) -> None:
+    """The patches of other libraries (compat/registry.py) for the versions installed here: one line (`every`:
+    each entry and its state, `distrain doctor --patches`)."""
     from ..compat import registry
 
-    typer.echo("patches of other libraries (compat/registry.py): name, Keras, kind, lifetime, modes, state")
-    for line in registry.report():
-        typer.echo(f"  {line}")
+    lines = registry.report()
+    if every:
+        typer.echo("patches of other libraries (compat/registry.py): name, Keras, kind, lifetime, modes, state")
+        for line in lines:
+            typer.echo(f"  {line}")
+    else:
+        moved = [line.split()[0] for line in lines if "MOVED" in line]
+        versions = ", ".join(f"{name} {version}" for name in ("tensorflow", "keras", "tf_keras", "horovod")
+                             if (version := registry.library_version(name)))
+        state = f"{len(moved)} moved: {', '.join(moved)}" if moved else "all as proven"
+        typer.echo(f"patches: {len(registry.PATCHES)} of {versions}: {state} (each: distrain doctor --patches)")
     if plan is not None:
         problems.extend(str(refusal) for refusal in registry.moved(plan.keras, plan.mode))
 
@@ -137,11 +146,12 @@ def _doctor_horovod(plan: Plan | None, problems: list[str]) -> None:
                f"gloo: {built(hvd.gloo_built())}, nccl: {nccl_text})")
 
 
-def problems(plan: Plan | None) -> list[str]:
-    """Run every check; the problems found (the Plan's own, when it could not be made, are the caller's)."""
+def problems(plan: Plan | None, every_patch: bool = False) -> list[str]:
+    """Run every check; the problems found (the Plan's own, when it could not be made, are the caller's).
+    every_patch: list each patch of another library, not their one-line summary."""
     found: list[str] = []
     _doctor_host(plan, found)
     _doctor_tensorflow(plan, found)
     _doctor_horovod(plan, found)
-    _doctor_patches(plan, found)
+    _doctor_patches(plan, found, every_patch)
     return found

@@ -12,7 +12,7 @@ from helpers import DISTRAIN, run
 
 @pytest.mark.core
 def test_doctor_lists_every_patch_and_each_finds_what_it_knows_here():
-    out = run([DISTRAIN, "doctor"])
+    out = run([DISTRAIN, "doctor", "--patches"])
     assert out.returncode == 0, out.stdout[-3000:]
     listed = out.stdout.split("patches of other libraries (compat/registry.py)", 1)[1].splitlines()[1:]
     states = {}
@@ -23,3 +23,7 @@ def test_doctor_lists_every_patch_and_each_finds_what_it_knows_here():
     assert set(states.values()) <= {"ok", "not installed"}, out.stdout[-3000:]
     # this venv has TensorFlow, Keras 3, tf_keras and Horovod: every entry is checked, none skipped
     assert "not installed" not in states.values(), out.stdout[-3000:]
+    short = run([DISTRAIN, "doctor"])  # without --patches: one line for them all, the whole report in 40 lines
+    assert short.returncode == 0 and len(short.stdout.splitlines()) <= 40, short.stdout
+    assert re.search(rf"^patches: {len(registry.PATCHES)} of tensorflow 2\.\d+\.\d+, keras 3\.\S+, tf_keras "
+                     r"2\.\S+, horovod 0\.28\.1: all as proven", short.stdout, re.M), short.stdout
