@@ -14,8 +14,8 @@ from typing import Optional
 import typer
 
 from . import __version__
-from .commands import DEFAULT_WORKERS, fail, launch_command, reports_errors, run_script_command
-from .errors import EXIT_ENVIRONMENT, DistrainError
+from .commands import DEFAULT_WORKERS, check_script, fail, launch_command, reports_errors, run_script_command
+from .errors import EXIT_ENVIRONMENT, ConfigError, DistrainError
 from .plan import Plan, as_a_job_sees_it, detect
 
 HELP = """Run an unmodified Keras/TensorFlow train.py on one GPU, all GPUs of a node, or many nodes.
@@ -132,6 +132,10 @@ def plan_cmd(
                                            "node, the run that job will be, its directory, where it resumes."),
 ) -> None:
     """Print what would run here, and why, without importing TensorFlow."""
+    if script is not None and script.startswith("-"):  # the script's arguments pass through; distrain's own do not
+        raise ConfigError(f"no option {script} of distrain plan (its options: --json, --job-name; then the script)")
+    if script is not None:
+        check_script(script)  # missing or not Python: exit 2, as `distrain run` says
     env = as_a_job_sees_it(os.environ, job_name, os.getcwd()) if job_name is not None else os.environ
     plan = detect(env, script=script, argv=list(ctx.args))
     if as_json:

@@ -117,9 +117,12 @@ def test_a_run_held_by_a_live_process_is_refused(tmp_path):
 def test_plan_on_the_login_node_shows_the_run_and_directory_the_job_will_have_when_told_its_job_name(tmp_path):
     """The job names the run and, with no $SCRATCH or $WORK, writes to the submit dir's distrain-output (jobs/lib.sh),
     not the login node's /tmp."""
-    job = run_of(["--epochs", "3"], SLURM_JOB_NAME="distrain-mwm")
+    script = tmp_path / "proj" / "train.py"
+    script.parent.mkdir()
+    script.write_text("print('training')\n")
+    job = detect({"USER": "u", "SLURM_JOB_NAME": "distrain-mwm"}, gpus=[], script=str(script), argv=["--epochs", "3"])
     plan = subprocess.run([sys.executable, "-m", "entrypoint", "plan", "--json", "--job-name", "distrain-mwm",
-                           "/home/u/proj/train.py", "--epochs", "3"], capture_output=True, text=True, cwd=tmp_path,
+                           str(script), "--epochs", "3"], capture_output=True, text=True, cwd=tmp_path,
                           env={"PATH": "/usr/bin:/bin", "USER": "u", "HOME": str(tmp_path),
                                "PYTHONPATH": os.path.dirname(os.path.dirname(runs.__file__))})
     shown = json.loads(plan.stdout)
@@ -130,6 +133,17 @@ def test_plan_on_the_login_node_shows_the_run_and_directory_the_job_will_have_wh
     assert on_scratch.checkpoint_chosen_by == "from $SCRATCH"
     assert detect({"USER": "u"}).checkpoint_chosen_by == \
         "in this machine's /tmp: no DISTRAIN_OUTPUT_DIR, $SCRATCH or $WORK set"
+
+
+def test_plan_of_a_missing_script_or_an_unknown_option_of_its_own_is_one_line_and_exit_2(tmp_path):
+    """#85: `plan missing.py` exited 0, and `plan --jsn train.py` planned a run named `--jsn-...`."""
+    package_root = os.path.dirname(os.path.dirname(runs.__file__))
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": package_root}
+    for argv, said in ((["missing.py"], "training script 'missing.py' not found"),
+                       (["--jsn", "train.py"], "no option --jsn of distrain plan")):
+        out = subprocess.run([sys.executable, "-m", "entrypoint", "plan", *argv], capture_output=True, text=True,
+                             cwd=tmp_path, env=env, timeout=60)
+        assert out.returncode == 2 and said in out.stderr and "Traceback" not in out.stderr, out.stderr
 
 
 def test_an_option_spelled_with_or_without_equals_is_one_run():
