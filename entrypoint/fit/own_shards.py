@@ -4,12 +4,12 @@ A script that keeps its share of a file list by `TF_CONFIG`'s task index or `SLU
 by `dataset.shard(...)`, hands each rank other data. MWM's auto-sharding would then cut each rank's share again
 (half of the data an epoch on 2 workers, nothing said), and so would zero-code Horovod's split of every batch.
 `ranks_inputs_differ` tells it before the fit trains: each rank digests its input (a dataset's graph: its files,
-shard indices, arrays; numpy arrays' first rows and length), and the engine compares the digests (one
-collective). Where they differ, the script's split is kept: under MWM
-the dataset's auto-sharding is turned off (TensorFlow's advice for a dataset sharded by hand: each worker's
-batches are then its share of the global batches, `batch_size` still the global batch), under Horovod each rank
-trains on its own batches (as a `dataset.shard` of Horovod's examples is left, batches.is_sharded). numpy arrays
-that differ between MWM's workers cannot be handed to Keras unsharded: refused in one line.
+shard indices, arrays; numpy arrays' first rows and length), and the engine compares the digests (one collective).
+Where they differ, the script's split is kept: under MWM the dataset's auto-sharding is turned off (TensorFlow's
+advice for a dataset sharded by hand: each worker's batches are then its share of the global batches, `batch_size`
+still the global batch), under Horovod each rank trains on its own batches (as a `dataset.shard` of Horovod's
+examples is left, batches.is_sharded). numpy arrays that differ between MWM's workers cannot be handed to Keras
+unsharded: refused in one line.
 
 A generator or PyDataset is not compared (only reading it would tell, and a read batch would be lost); a dataset's
 split made inside a function of its own (a `filter` on the rank) is not seen.
