@@ -141,11 +141,13 @@ PATCHES: tuple[Patch, ...] = (
         "epochs,steps,shuffle)", "tf_keras.src.engine.data_adapter:TensorLikeDataAdapter.get_dataset(self)"),
        "tf_keras", _LEGACY),
     _p("tf_checkpoint.one_writer", "tf.train.Checkpoint's writes, CheckpointManager's state file and deletions "
-       "of old checkpoints go through the script's saves: the chief writes, the others wait for it", "wraps",
+       "of old checkpoints, tf.saved_model.save, go through the script's saves: the chief writes, the others wait",
+       "wraps",
        "process", "#69: every rank wrote one checkpoint path (MergeV2Checkpoints: a part 'did not exist'), then a "
        "hang", ("tensorflow.python.checkpoint.checkpoint:Checkpoint._write(self,file_prefix,options)",
                 "tensorflow.python.checkpoint.checkpoint_management:update_checkpoint_state_internal(save_dir)",
-                "tensorflow.python.checkpoint.checkpoint_management:_delete_file_if_exists(filespec)"),
+                "tensorflow.python.checkpoint.checkpoint_management:_delete_file_if_exists(filespec)",
+                "tensorflow.python.saved_model.save:save(obj,export_dir)"),
        "tensorflow", modes=frozenset({"mwm", "horovod"})),
     _p("keras3_trainer.class", "Keras 3's TensorFlow trainer class, under either name", "reads", "process",
        "TensorFlowTrainer up to 3.15, Trainer in 3.16", (f"{_TRAINER}:TensorFlowTrainer|{_TRAINER}:Trainer",),

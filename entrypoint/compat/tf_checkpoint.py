@@ -1,4 +1,5 @@
-"""`tf.train.Checkpoint` and `tf.train.CheckpointManager` written once, by the chief, with several ranks.
+"""`tf.train.Checkpoint`, `tf.train.CheckpointManager` and `tf.saved_model.save` written once, by the chief, with
+several ranks.
 
 A script that checkpoints as TensorFlow's guides do (`manager.save()` each epoch, `checkpoint.restore(
 manager.latest_checkpoint)`) calls them on every rank. Under MWM x2 and Horovod x2 every rank then wrote the same
@@ -9,6 +10,9 @@ chief's save of the same number and returns its path, or writes its own copy whe
 (TensorFlow's multi-worker tutorial gives the other workers temporary directories). Where a rank left a
 directory's checkpoints to the chief, the chief alone writes that directory's `checkpoint` state file and
 deletes its old checkpoints (CheckpointManager's `max_to_keep`): the others keep their managers' state in memory.
+`tf.saved_model.save` (TensorFlow's save-and-load tutorial, by every worker) goes the way of `model.save`: the chief
+writes a temporary sibling and renames it, the others wait for it (#84: tf_keras MWM x2, MergeV2Checkpoints: a part
+'did not exist').
 """
 
 from __future__ import annotations
@@ -24,9 +28,12 @@ class OneWriter(Protocol):
 
     def relies_on_the_chief(self, path: str) -> bool: ...
 
+    def save(self, model: Any, path: str, save: Callable[..., Any], *args: Any, **kwargs: Any) -> None: ...
+
 
 CHECKPOINT = "tensorflow.python.checkpoint.checkpoint"
 MANAGEMENT = "tensorflow.python.checkpoint.checkpoint_management"
+SAVED_MODEL = "tensorflow.python.saved_model.save"
 
 
 def install(script_saves: OneWriter) -> None:
@@ -57,3 +64,22 @@ def install(script_saves: OneWriter) -> None:
     checkpoint.Checkpoint._write = _write
     management.update_checkpoint_state_internal = update_checkpoint_state_internal
     management._delete_file_if_exists = _delete_file_if_exists
+    _save_saved_models_once(script_saves, importlib.import_module(SAVED_MODEL))
+
+
+def _save_saved_models_once(script_saves: OneWriter, saved_model: Any) -> None:
+    """tf.saved_model.save (the public name and its module's) through the script's saves."""
+    import functools
+
+    import tensorflow as tf
+
+    original = saved_model.save
+
+    @functools.wraps(original)
+    def save(obj: Any, export_dir: Any, *args: Any, **kwargs: Any) -> None:
+        script_saves.save(obj, export_dir, original, *args, **kwargs)
+
+    # patch: tf_checkpoint.one_writer
+    saved_model.save = save
+    if tf.saved_model.save is original:
+        tf.saved_model.save = save

@@ -8,27 +8,25 @@ shard indices, arrays; numpy arrays' first rows and length), and the engine comp
 Where they differ, the script's split is kept: under MWM the dataset's auto-sharding is turned off (TensorFlow's
 advice for a dataset sharded by hand: each worker's batches are then its share of the global batches, `batch_size`
 still the global batch), under Horovod each rank trains on its own batches (as a `dataset.shard` of Horovod's
-examples is left, batches.is_sharded). numpy arrays that differ between MWM's workers cannot be handed to Keras
-unsharded: refused in one line.
+examples is left, batches.is_sharded). numpy arrays that differ between MWM's workers become each worker's own
+dataset of global batches (fit/arrays.py's pipeline, shuffled as it shuffles numpy), left unsplit the same way.
 
 A generator or PyDataset is not compared (only reading it would tell, and a read batch would be lost); a dataset's
-split made inside a function of its own (a `filter` on the rank) is not seen.
+split made inside a function of its own (a `filter` on the rank) is not seen. A file is known by its name and size,
+not its directory: the same files copied into each rank's own directory are the same input.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from typing import Any
 
-from ..errors import ConfigError
-from .arrays import is_array_input, is_dataset
+from .arrays import array_dataset, is_array_input, is_dataset
 
 DIGEST_BITS = 20  # each rank's digest; compared as sums of v and v**2 in float64: exact below 2**26 for 2**12 ranks
 CONSTANT_BYTES = 1 << 20  # of a dataset's in-memory arrays, what is digested (a split's shares differ from the start)
 CONSTANT_STRINGS = 10_000  # of a constant's strings (a file list) and numbers
-ARRAYS_REFUSED = ("the ranks' numpy inputs differ (the script splits its data between the ranks itself), which "
-                  "MWM would split again: give fit the whole arrays on every rank, or a tf.data.Dataset of the "
-                  "rank's share")
 
 
 def input_digest(x: Any) -> int | None:
@@ -69,6 +67,7 @@ def _digest(parts: list) -> int:
 def _graph_digest(dataset: Any) -> int | None:
     """The constants of the dataset's graph, in its order (a constant's first CONSTANT_BYTES and its size); the
     functions' names, which count traces, left out."""
+    import numpy as np
     import tensorflow as tf
 
     try:
@@ -84,12 +83,28 @@ def _graph_digest(dataset: Any) -> int | None:
         if node.op != "Const":
             continue
         tensor = node.attr["value"].tensor
-        hasher.update(f"{tensor.dtype}{tensor.tensor_shape}{len(tensor.tensor_content)}".encode())
+        hasher.update(f"{tensor.dtype}{tensor.tensor_shape}".encode())
+        if tensor.dtype == tf.string.as_datatype_enum:  # a file list: packed in tensor_content past one string
+            strings = np.ravel(tf.io.parse_tensor(tensor.SerializeToString(), tf.string).numpy())[:CONSTANT_STRINGS]
+            hasher.update(repr([_same_file_anywhere(v) for v in strings]).encode())
+            continue
+        hasher.update(f"{len(tensor.tensor_content)}".encode())
         hasher.update(tensor.tensor_content[:CONSTANT_BYTES])
-        hasher.update(repr(tensor.string_val[:CONSTANT_STRINGS]).encode())
         hasher.update(repr(tensor.int64_val[:CONSTANT_STRINGS]).encode())
         hasher.update(repr(tensor.float_val[:CONSTANT_STRINGS]).encode())
     return int.from_bytes(hasher.digest(), "little") % (1 << DIGEST_BITS)
+
+
+def _same_file_anywhere(value: bytes) -> bytes:
+    """A string constant that names a file, as its name and size: the same file copied to each rank's own
+    directory (node-local storage, a per-rank staging directory) is the same input; another share is another."""
+    try:
+        path = value.decode()
+        if os.path.isfile(path):
+            return f"{os.path.basename(path)}:{os.path.getsize(path)}".encode()
+    except (UnicodeDecodeError, ValueError, OSError):
+        pass
+    return value
 
 
 def ranks_inputs_differ(engine: Any, arguments: dict) -> tuple[bool, bool]:
@@ -118,19 +133,30 @@ def kept(engine: Any, arguments: dict, note: Any, distrain_splits: bool) -> tupl
 
 
 def _keep_the_workers_split(engine: Any, arguments: dict, differ: tuple[bool, bool], note: Any) -> None:
-    """Under MWM: the inputs that differ between the workers made never to be auto-sharded (arrays: refused)."""
+    """Under MWM: the inputs that differ between the workers made never to be auto-sharded (numpy arrays first
+    made each worker's own dataset of global batches)."""
     if engine.strategy is None or not any(differ):
         return
     import tensorflow as tf
 
+    from .batches import take_validation_split
+
+    batch_size = int(arguments.get("batch_size") or 32)
+    if differ[0] and not is_dataset(arguments.get("x")):
+        arrays = take_validation_split(arguments)
+        arguments["x"] = array_dataset(arrays, batch_size, arguments.get("shuffle", True) is not False)
+        for name in ("y", "sample_weight", "batch_size"):
+            arguments.pop(name, None)
+        arguments["shuffle"] = False  # the dataset draws the order: Keras would warn that it ignores shuffle
+    data = arguments.get("validation_data")
+    if differ[1] and data is not None and not is_dataset(data):
+        arrays = tuple(d for d in data if d is not None)
+        arguments["validation_data"] = array_dataset(arrays, int(arguments.pop("validation_batch_size", None)
+                                                                 or batch_size), False)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     for name, differs in zip(("x", "validation_data"), differ):
-        data = arguments.get(name)
-        if not differs:
-            continue
-        if not is_dataset(data):
-            raise ConfigError(ARRAYS_REFUSED)
-        options = tf.data.Options()
-        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-        arguments[name] = data.with_options(options)
-    note(f"the ranks' datasets differ (the script splits its data itself): each worker's batches are its share of "
+        if differs and is_dataset(arguments.get(name)):
+            arguments[name] = arguments[name].with_options(options)
+    note(f"the ranks' inputs differ (the script splits its data itself): each worker's batches are its share of "
          f"the global batches, not split again ({engine.size} workers)")

@@ -61,7 +61,7 @@ def wait_gone(slurm_conf: str, job_id: str, timeout: float = 300) -> None:
 def wait_for_text(log: Path, text: str, timeout: float = 180) -> None:
     """Wait until a job's log holds `text` (or the timeout passes: the assertions after it say what was seen)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and text not in (log.read_text() if log.exists() else ""):
+    while time.monotonic() < deadline and text not in (log.read_text(errors="replace") if log.exists() else ""):
         time.sleep(0.3)
 
 

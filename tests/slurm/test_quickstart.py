@@ -42,7 +42,7 @@ def test_a_job_stopped_without_requeue_resumes_with_the_command_its_log_prints(s
     try:
         wait_for_text(log, "Epoch 2/")  # one epoch's loss logged: where the loss has to fall from
         running = json.loads(subprocess.run(runs, env=env, capture_output=True, text=True).stdout)
-        signalled_in = int(re.findall(r"Epoch (\d+)/12", log.read_text())[-1])  # the listing took some epochs
+        signalled_in = int(re.findall(r"Epoch (\d+)/12", log.read_text(errors="replace"))[-1])  # listing took epochs
         subprocess.run(["scancel", "--signal=TERM", job_id], env=env, check=True)
         wait_gone(slurm, job_id, timeout=120)
     finally:

@@ -39,3 +39,14 @@ def test_digesting_a_seeded_reshuffle_does_not_draw_its_next_order():
 def test_an_unseeded_shuffle_has_one_digest_on_every_rank():
     assert input_digest(tf.data.Dataset.range(50).shuffle(50).batch(5)) == \
         input_digest(tf.data.Dataset.range(50).shuffle(50).batch(5))
+
+
+def test_the_same_files_in_each_ranks_own_directory_are_one_input(tmp_path):
+    for rank in (0, 1):
+        (tmp_path / f"rank{rank}").mkdir()
+        for part in range(2):
+            (tmp_path / f"rank{rank}" / f"part-{part}.tfrecord").write_bytes(b"x" * (10 + part))
+    copies = [files([str(tmp_path / f"rank{rank}" / f"part-{p}.tfrecord") for p in range(2)]) for rank in (0, 1)]
+    assert input_digest(copies[0]) == input_digest(copies[1])
+    assert input_digest(files([str(tmp_path / "rank0" / "part-0.tfrecord")])) != \
+        input_digest(files([str(tmp_path / "rank0" / "part-1.tfrecord")]))
