@@ -80,7 +80,10 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 def run(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 300, cwd: Path = ROOT,
         **kwargs) -> subprocess.CompletedProcess:
-    """Run a command, capture stdout+stderr together as text; past `timeout` the test fails with its last lines."""
+    """Run a command, capture stdout+stderr together as text; past `timeout` the test fails with its last lines.
+    Undecodable bytes are replaced: a launcher that tags or merges the ranks' output (mpirun, srun) can cut a progress
+    bar's character in two."""
+    kwargs.setdefault("errors", "replace")
     try:
         return subprocess.run(cmd, env=env or clean_env(), cwd=cwd, timeout=timeout, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kwargs)
@@ -104,7 +107,8 @@ class Watched:
 
     def __init__(self, cmd: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT, **kwargs) -> None:
         self.proc = subprocess.Popen(cmd, cwd=cwd, env=env or clean_env(), stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, start_new_session=True, **kwargs)
+                                     stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True,
+                                     **kwargs)
         self.pid, self._seen, self._read = self.proc.pid, [], 0
         self._changed = threading.Condition()
         self._reader = threading.Thread(target=self._read_all, daemon=True)

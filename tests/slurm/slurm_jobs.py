@@ -44,7 +44,7 @@ def submit(slurm_conf: str, tmp: Path, job: str, sbatch_args: list[str], script_
         assert proc.returncode == 0, proc.stderr
         return job_id
     path = Path(str(log).replace("%j", job_id))
-    return Job(job_id, proc.returncode, path.read_text() if path.exists() else proc.stderr)
+    return Job(job_id, proc.returncode, path.read_text(errors="replace") if path.exists() else proc.stderr)
 
 
 def wait_gone(slurm_conf: str, job_id: str, timeout: float = 300) -> None:
@@ -112,7 +112,7 @@ def run_quick_start(slurm: str, home: Path, project: Path, env: dict[str, str]) 
         wait_gone(slurm, job_id, timeout=300)
     finally:
         cancel(slurm, job_id)
-    return (project / f"distrain-mwm-{job_id}.out").read_text()
+    return (project / f"distrain-mwm-{job_id}.out").read_text(errors="replace")
 
 
 def quick_start_trained(log: str, scratch: Path) -> None:

@@ -66,7 +66,7 @@ def test_two_mwm_jobs_share_a_node_without_port_collisions(slurm, tmp_path):
     for job_id in (first, second):
         wait_gone(slurm, job_id)
     for job_id in (first, second):
-        log = (tmp_path / f"mwm-{job_id}.out").read_text()
+        log = (tmp_path / f"mwm-{job_id}.out").read_text(errors="replace")
         assert_trained_in_sync(log, workers=2)
 
 
@@ -164,7 +164,7 @@ def test_sigterm_checkpoints_requeues_and_resumes(slurm, tmp_path):
         wait_gone(slurm, job_id, timeout=300)
     finally:
         cancel(slurm, job_id)
-    text = log.read_text()
+    text = log.read_text(errors="replace")
     assert text.count("stopped on SIGTERM after saving a checkpoint") == 2, text[-3000:]
     assert f"requeueing job {job_id}" in text
     # examples/train.py's seeded tf.data shuffle is positioned: the rerun goes on at the very step
@@ -191,7 +191,7 @@ def test_a_job_stopped_while_it_starts_is_requeued(slurm, tmp_path):
         wait_for_text(log, f"requeueing job {job_id}", timeout=60)
     finally:
         cancel(slurm, job_id)
-    text = log.read_text()
+    text = log.read_text(errors="replace")
     assert "got SIGTERM, forwarding it to the training step" in text, text[-3000:]
     assert f"requeueing job {job_id} to resume" in text, text[-3000:]
     assert "Epoch 1/" not in text.split("requeueing job")[0], text[-3000:]

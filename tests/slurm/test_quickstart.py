@@ -48,7 +48,7 @@ def test_a_job_stopped_without_requeue_resumes_with_the_command_its_log_prints(s
     finally:
         cancel(slurm, job_id)
     assert [(r["live"], r["state"].split(" on ")[0]) for r in running] == [(True, f"running as job {job_id}")], running
-    text = log.read_text()
+    text = log.read_text(errors="replace")
     assert "stopped on SIGTERM after saving a checkpoint" in text, text[-3000:]
     loss_at_start = float(re.search(r"loss: ([\d.]+)", text).group(1))
     # the last line says exactly what to type: the job's own sbatch options and job name, from the submit dir
@@ -65,7 +65,7 @@ def test_a_job_stopped_without_requeue_resumes_with_the_command_its_log_prints(s
         wait_gone(slurm, again, timeout=300)
     finally:
         cancel(slurm, again)
-    text = (project / f"distrain-mwm-{again}.out").read_text()
+    text = (project / f"distrain-mwm-{again}.out").read_text(errors="replace")
     stopped_in = int(re.search(r"resuming run train-\w+ at (?:the start of )?epoch (\d+)", text).group(1))
     # the signal came in epoch `signalled_in` of 2-second epochs: the stop is within seconds, not epochs later
     assert signalled_in <= stopped_in <= signalled_in + 2, (signalled_in, text[-3000:])
@@ -80,7 +80,7 @@ def test_bad_input_to_a_job_is_one_line_and_exit_2_before_srun(slurm, tmp_path):
     small = ["sbatch", "--wait", "--nodes=1", "--ntasks-per-node=1", "--gres=gpu:1", "--cpus-per-task=1"]
     missing = subprocess.run([*small, "--output=missing.out", f"{ROOT}/jobs/mwm.job", "nope.py"], cwd=project,
                              env=env, capture_output=True, text=True)
-    text = (project / "missing.out").read_text()
+    text = (project / "missing.out").read_text(errors="replace")
     assert missing.returncode == 2, text
     assert f"distrain job: error: training script {project}/nope.py not found" in text
     assert "task(s) on" not in text  # srun never started
@@ -88,6 +88,6 @@ def test_bad_input_to_a_job_is_one_line_and_exit_2_before_srun(slurm, tmp_path):
     shutil.copy(ROOT / "jobs" / "mwm.job", alone)
     lost = subprocess.run([*small, "--output=alone.out", str(alone), "train.py"], cwd=project, env=env,
                           capture_output=True, text=True)
-    text = (project / "alone.out").read_text()
+    text = (project / "alone.out").read_text(errors="replace")
     assert lost.returncode == 2 and "distrain job: error: cannot read jobs/lib.sh" in text, text
     assert len(text.strip().splitlines()) == 1
