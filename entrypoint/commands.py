@@ -30,7 +30,9 @@ DEFAULT_WORKERS = 2  # `launch` without -n (cli's typer option says the same)
 
 
 def fail(message: str, code: int) -> NoReturn:
-    sys.stderr.write(f"distrain: error: {message}\n")
+    from .log import line_start  # on a line of its own, after a progress bar left mid-line
+
+    sys.stderr.write(f"{line_start()}distrain: error: {message}\n")
     raise SystemExit(code)
 
 
@@ -43,7 +45,9 @@ def reports_errors(func: Func) -> Func:
             return func(*args, **kwargs)
         except (DistrainError, RunStopped) as exc:
             if exc.exit_code == EXIT_PREEMPTED:  # a clean, checkpointed stop is not an error
-                sys.stderr.write(f"distrain: {exc}\n")
+                from .log import line_start
+
+                sys.stderr.write(f"{line_start()}distrain: {exc}\n")
                 sys.stdout.flush()
                 sys.stderr.flush()
                 # everything is saved; the interpreter's teardown can hang in MWM's collectives (seen on TF 2.21:

@@ -235,6 +235,8 @@ def _compose_callbacks(engine: Engine, keras: Any, tf: Any, stage: Any, stage_nu
                                    dataclasses.replace(facts, note=lambda line: None))
     training = steps.TrainingPosition((position.epoch, position.step) if position is not None else None,
                                       position.learnt_length if position is not None else None)
+    if position is not None and position.script_input is not None:  # a PyDataset resumed mid-epoch: its epoch's end
+        training.epoch_observers.append(position.script_input.epoch_began)
     plan = engine.plan
     cost = stop_cost.StopCost(plan.checkpoint_dir if plan.is_chief else None, plan.stop_lead_seconds,
                               plan.stop_check_seconds, log().warning)

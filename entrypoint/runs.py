@@ -179,21 +179,20 @@ def write_private_json(path: str, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def write_position(checkpoint_prefix: str, epochs_done: int, step: int, epoch_length: int | None = None) -> None:
-    """Record beside a checkpoint where a resume from it starts (before the file that marks it complete), and the
-    length of the input's epochs where it is of unknown length and learnt (fit/unknown_length.py)."""
-    record = {"epoch": epochs_done, "step": step}
-    if epoch_length:
-        record["epoch_length"] = epoch_length
-    write_private_json(checkpoint_prefix + POSITION_SUFFIX, record)
+def write_position(checkpoint_prefix: str, epochs_done: int, step: int, input_record: Mapping | None = None) -> None:
+    """Record beside a checkpoint where a resume from it starts (before the file that marks it complete), and
+    what it keeps of the input there (resume.Position.to_record: an unknown length once learnt, the last batch's
+    digest)."""
+    write_private_json(checkpoint_prefix + POSITION_SUFFIX, {**(input_record or {}), "epoch": epochs_done,
+                                                              "step": step})
 
 
-def read_epoch_length(state_dir: str) -> int | None:
-    """The epochs' length the newest checkpoint records beside its position (write_position), or None."""
+def read_input_record(state_dir: str) -> dict:
+    """What the newest checkpoint keeps of the input beside its position (write_position): {} where nothing."""
     prefix = newest_checkpoint(chief_dir(state_dir))
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError), open(f"{prefix}{POSITION_SUFFIX}") as handle:
-        return int(json.load(handle)["epoch_length"])
-    return None
+    with contextlib.suppress(OSError, ValueError, TypeError), open(f"{prefix}{POSITION_SUFFIX}") as handle:
+        return {key: value for key, value in json.load(handle).items() if key not in ("epoch", "step")}
+    return {}
 
 
 def _recorded(state_dir: str) -> dict | None:

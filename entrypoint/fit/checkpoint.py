@@ -173,7 +173,7 @@ class TfKerasBackup:
                                           self.chief_dir, self.hooks.wrote)
         if self.written:
             if newest := newest_checkpoint(self.chief_dir):
-                runs.write_position(newest, *self._position, _length_to_record(self.hooks))
+                runs.write_position(newest, *self._position, _input_record(self.hooks, self._position))
                 callback_state.write(newest, self.script_callbacks, self.logged)
                 _drop_orphan_sidecars(self.chief_dir)
             workdirs.make_tree_private(self.backup_dir)  # TensorFlow writes with the umask: make it 0600/0700
@@ -306,7 +306,7 @@ class Keras3Backup:
                 with local_reads_for(self.plan), distrains_own():
                     self.model.save_weights(tmp)
                 os.replace(tmp, prefix + ".weights.h5")
-                runs.write_position(prefix, epochs_done, step, _length_to_record(self.hooks))
+                runs.write_position(prefix, epochs_done, step, _input_record(self.hooks, (epochs_done, step)))
                 callback_state.write(prefix, self.script_callbacks, self.logged)
                 with open(prefix + ".json.tmp", "w") as handle:
                     json.dump({"epochs_done": epochs_done}, handle)
@@ -358,9 +358,9 @@ class Keras3TimedBackup(Keras3Backup):
             self._save(epoch + 1, averaged=True)  # sync.py's callback averaged just before
 
 
-def _length_to_record(hooks: BackupHooks) -> int | None:
-    """The input's epoch length a checkpoint keeps where the input is of unknown length (resume.Position)."""
-    return hooks.expected.length_to_record() if hooks.exact else None
+def _input_record(hooks: BackupHooks, position: tuple[int, int]) -> dict | None:
+    """What a checkpoint keeps of the input beside its position (resume.Position.to_record)."""
+    return hooks.expected.to_record(*position) if hooks.exact else None
 
 
 def _epochs_done(prefix: str) -> int:

@@ -37,7 +37,7 @@ from .. import runs
 from ..compat import epoch_iterators, numpy_orders
 from ..keras_family import KerasFamily
 from . import arrays as array_input
-from . import batches, skip_beneath, starting, unknown_length
+from . import batches, script_batches, skip_beneath, starting, unknown_length
 
 _ENDLESS = -1  # tf.data.INFINITE_CARDINALITY
 _UNKNOWN = -2  # tf.data.UNKNOWN_CARDINALITY
@@ -51,16 +51,24 @@ class Position:
     script_dataset: Any = None  # the script's own tf.data dataset, where it was positioned: Keras 3's build reads it
     epoch_length: int | None = None  # a dataset of unknown length: its epochs' length, where a checkpoint has it
     learnt_length: Callable[[], int | None] | None = None  # ... and where it is learnt (unknown_length.py)
+    last_batch: str | None = None  # the checkpoint's digest of the last batch trained (script_batches.py)
+    script_input: script_batches.PositionedInput | None = None  # a PyDataset or generator positioned
 
-    def length_to_record(self) -> int | None:
-        """What a checkpoint records of the epochs' length beside the position (None: a known length)."""
-        return self.learnt_length() if self.learnt_length is not None else None
+    def to_record(self, epoch: int, step: int) -> dict:
+        """What a checkpoint at (epoch, step) records of the input beside the position: the epochs' length where
+        it is learnt, the last batch's digest where the input is a PyDataset or generator."""
+        record = {"epoch_length": self.learnt_length() if self.learnt_length is not None else None,
+                  "last_batch": self.script_input.last_batch_digest(epoch, step) if self.script_input else None}
+        return {key: value for key, value in record.items() if value}
 
 
 def saved_position(checkpoint_dir: str) -> Position | None:
     found = runs.read_position(checkpoint_dir)
-    return Position(found["epoch"], found["step"], epoch_length=runs.read_epoch_length(checkpoint_dir)) if found \
-        else None
+    if not found:
+        return None
+    kept = runs.read_input_record(checkpoint_dir)
+    return Position(found["epoch"], found["step"], epoch_length=kept.get("epoch_length"),
+                    last_batch=kept.get("last_batch"))
 
 
 def position_input(arguments: dict, *, family: KerasFamily, checkpoint_dir: str | None, rank: int, size: int,
@@ -79,21 +87,27 @@ def position_input(arguments: dict, *, family: KerasFamily, checkpoint_dir: str 
     epochs = int(arguments.get("epochs") or 1)
     start = saved or Position(int(arguments.get("initial_epoch") or 0), 0)
     x = arguments["x"]
-    arrays = None if array_input.is_dataset(x) else batches.take_validation_split(arguments)
+    arrays = None if array_input.is_dataset(x) or _is_script_batches(x) else batches.take_validation_split(arguments)
     steps = _steps_per_epoch(arguments, arrays, start)
     position = _within(start, steps, epochs)
     if position.epoch >= epochs:  # stopped at the end of the fit's last epoch: nothing left to train
         arguments["initial_epoch"] = epochs
         return position
-    if array_input.is_dataset(x) and arguments.get("steps_per_epoch"):  # an endless stream
-        dataset, rank_share = _positioned_stream(x, position, steps, rank, size, replicas, note)
+    first_epoch = int(arguments.get("initial_epoch") or 0)  # the script's: epochs before it are not this fit's
+    script_input = None
+    if _is_script_batches(x):
+        script_input = script_batches.positioned(
+            x, epoch=position.epoch, step=position.step, first_epoch=first_epoch,
+            steps_per_epoch=arguments.get("steps_per_epoch"), recorded_digest=start.last_batch, note=note)
+        dataset, rank_share = script_input.x, False
+    elif array_input.is_dataset(x) and arguments.get("steps_per_epoch"):  # an endless stream
+        dataset, rank_share = _positioned_stream(x, position, first_epoch, steps, rank, size, replicas, note)
     elif array_input.is_dataset(x) and int(x.cardinality()) == _UNKNOWN:
         in_later_epoch = position.epoch > int(arguments.get("initial_epoch") or 0)
         steps, position, dataset, rank_share = _positioned_unknown_length(x, position, family, in_later_epoch,
                                                                           epochs, rank, size, replicas, note)
     elif array_input.is_dataset(x):
         made = epoch_iterators.made(family.name)
-        first_epoch = int(arguments.get("initial_epoch") or 0)  # the script's: epochs before it are not this fit's
         dataset, rank_share = _positioned_dataset(x, position, epochs, rank, size, replicas, note, made, first_epoch)
     else:
         batch_size = int(arguments.get("batch_size") or 32)
@@ -106,14 +120,16 @@ def position_input(arguments: dict, *, family: KerasFamily, checkpoint_dir: str 
                                                        rank=rank, size=size, replicas=replicas, orders=orders)
         rank_share = size > 1
     script_dataset = arguments["x"] if array_input.is_dataset(arguments["x"]) else None
-    evened.add(dataset)
+    if array_input.is_dataset(dataset):
+        evened.add(dataset)
     for name in ("y", "sample_weight", "batch_size"):
         arguments.pop(name, None)
     # the dataset draws the order: Keras' default shuffle=True would warn that it ignores it for a dataset
     arguments.update(x=dataset, initial_epoch=position.epoch, shuffle=False)
-    if steps is not None:
-        arguments["steps_per_epoch"] = steps
-    return dataclasses.replace(position, rank_share=rank_share, script_dataset=script_dataset)
+    if steps is not None and script_input is None:  # a PyDataset's epochs are its length: with steps_per_epoch
+        arguments["steps_per_epoch"] = steps  # Keras would read it as one stream, ending after the first epoch
+    return dataclasses.replace(position, rank_share=rank_share, script_dataset=script_dataset,
+                               script_input=script_input)
 
 
 def build_before_restore(model: Any, arguments: dict, checkpoint_dir: str) -> None:
@@ -152,6 +168,8 @@ def _steps_per_epoch(arguments: dict, arrays: Any, start: Position) -> int | Non
         return array_input.steps_per_epoch(arrays, int(arguments.get("batch_size") or 32))
     if arguments.get("steps_per_epoch"):
         return int(arguments["steps_per_epoch"])
+    if script_batches.is_indexed(x):
+        return len(x)
     length = int(x.cardinality())
     return start.epoch_length if length == _UNKNOWN else length
 
@@ -240,13 +258,14 @@ def _positioned_unknown_length(dataset: Any, position: Position, family: KerasFa
     return None, dataclasses.replace(position, learnt_length=length), positioned, rank_share
 
 
-def _positioned_stream(dataset: Any, position: Position, steps_per_epoch: int, rank: int, size: int,
-                       replicas: int, note: Callable[[str], None]) -> tuple[Any, bool]:
-    """An endless dataset (`shuffle(seed).repeat().batch`, Horovod's and TensorFlow's examples) with fit's
-    `steps_per_epoch`: Keras reads it through one iterator for the whole fit, so its position is the count of
-    global batches trained, and the resumed stream starts past them."""
+def _positioned_stream(dataset: Any, position: Position, first_epoch: int, steps_per_epoch: int, rank: int,
+                       size: int, replicas: int, note: Callable[[str], None]) -> tuple[Any, bool]:
+    """An endless dataset (`shuffle(seed).repeat().batch`, Horovod's and TensorFlow's examples), or one of unknown
+    length (`from_generator`), with fit's `steps_per_epoch`: Keras reads it through one iterator for the whole fit
+    (from its `first_epoch`), so its position is the count of global batches this fit trained, and the resumed
+    stream starts past them: a generator's are made again and passed over."""
     stream, rank_share = _this_ranks_batches(dataset, rank, size, replicas)
-    passed = position.epoch * steps_per_epoch + position.step
+    passed = (position.epoch - first_epoch) * steps_per_epoch + position.step
     if not passed:
         return stream, rank_share
     return _without_first_batches(dataset, passed, None, rank, size, replicas, note), rank_share
@@ -278,6 +297,10 @@ def _this_ranks_batches(dataset: Any, rank: int, size: int, replicas: int,
     return dataset, False
 
 
+def _is_script_batches(x: Any) -> bool:
+    return x is not None and (script_batches.is_indexed(x) or script_batches.is_generator(x))
+
+
 def _keep(*_element: Any) -> bool:
     return True
 
@@ -291,17 +314,17 @@ def _why_not_positionable(arguments: dict, family: KerasFamily) -> str | None:
         stream = bool(arguments.get("steps_per_epoch"))
         if length == _ENDLESS and not stream:
             return "a tf.data dataset of endless length without steps_per_epoch is not positioned"
-        if length == _UNKNOWN and stream:
-            return "steps_per_epoch over a dataset of unknown length is not positioned (over an endless one it is)"
         if length == 0:
             return "an empty tf.data dataset is not positioned"
         if order := nondeterministic_order(x):
             return f"the dataset's order is not the same in every process ({order})"
         if unseeded_shuffle(x):
             return "the dataset shuffles without a seed (give shuffle a seed, or call tf.random.set_seed)"
-        if stream and length != _ENDLESS:
+        if stream and length >= 0:
             return "steps_per_epoch over a dataset that ends is not positioned (over an endless one it is)"
         return None
+    if _is_script_batches(x):
+        return script_batches.why_not(x, arguments)
     if arguments.get("steps_per_epoch"):
         return "steps_per_epoch over input that is not an endless tf.data dataset is not positioned"
     if x is None or not array_input.is_array_input(x):

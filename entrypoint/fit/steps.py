@@ -44,6 +44,7 @@ class TrainingPosition:
         done, so that a step's index is the same whether the epoch was interrupted or not. learnt_length: the
         epochs' length of a dataset of unknown length, once learnt (None until then)."""
         self.observers: list[StepObserver] = []
+        self.epoch_observers: list[Callable[[int], None]] = []  # told each epoch's start (0-based)
         # done before the next train-function call, once: a stop agreed at a step, after that step's batch hooks
         self.before_next_call: Callable[[], None] | None = None
         self.epoch = 0  # 0-based: the epoch in progress
@@ -82,6 +83,8 @@ class TrainingPosition:
         self.epoch, self._keras_steps = epoch, keras_steps
         self.batch = resumed_step - 1 if epoch == resumed_epoch else -1
         self._resumed_at = None  # later epochs start at their first step
+        for observer in self.epoch_observers:
+            observer(epoch)
 
     def do_before_next_call(self, action: Callable[[], None]) -> None:
         """Do `action` once, before the next train-function call (after this step's batch hooks)."""

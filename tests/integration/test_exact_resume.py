@@ -111,6 +111,49 @@ def test_a_run_stopped_mid_epoch_resumes_exactly_where_it_was(tmp_path, kept_run
         assert np.array_equal(np.load(a / kept), np.load(tmp_path / "b" / kept)), kept
 
 
+# a PyDataset (tf_keras: Sequence) reshuffled by its own seeded on_epoch_end, fit's shuffle=False; an endless Python
+# generator with steps_per_epoch, given to fit as it is or through tf.data.Dataset.from_generator
+SCRIPT_BATCHES = [("pydataset", "single", "keras3"), ("pydataset", "mwm", "legacy"), ("generator", "horovod", "keras3"),
+                  ("from-generator", "single", "legacy")]
+
+
+@pytest.mark.parametrize(("data", "mode", "family"), [
+    pytest.param(*case, marks=[pytest.mark.core] if case == SCRIPT_BATCHES[0] else [], id="-".join(case))
+    for case in SCRIPT_BATCHES])
+def test_a_pydataset_and_a_generator_resume_where_they_were(tmp_path, kept_runs, data, mode, family):
+    """A PyDataset is positioned by index (the resumed epoch's step S reads the script's batch S; its on_epoch_end
+    called once per epoch done, so its seeded reshuffle draws the same orders), a generator by replay (the batches
+    trained before the stop read again and passed over): the same batches, the same weights as never stopped."""
+    launcher = LAUNCHERS[mode]
+    a = never_stopped(kept_runs, launcher, family, data)
+    stop_and_resume(launcher, tmp_path, family, data, ())
+    assert trained_ids(tmp_path / "b") == trained_ids(a)
+    samples = every_sample(trained_ids(a))
+    if data == "pydataset":  # 3 epochs of the 100 samples, split between the ranks
+        assert samples == sorted(list(range(100)) * 3)
+    else:  # the stream's first 288 samples
+        assert len(samples) == STREAM_SAMPLES and set(samples) == set(range(100))
+    assert np.array_equal(np.load(a / "weights.npy"), np.load(tmp_path / "b" / "weights.npy"))
+
+
+@pytest.mark.parametrize(("data", "said"), [
+    ("pydataset", "the PyDataset's batch 4 of this epoch (counted from 1) reads otherwise than before the stop"),
+    ("generator", "passed over, is not the one trained last before the stop")])
+def test_a_pydataset_or_generator_that_reshuffles_without_a_seed_is_said_to_train_other_batches(tmp_path, data,
+                                                                                                said):
+    """Negative control of the check above: reshuffled without a seed, the orders of a new process differ, and the
+    digest of the last batch trained, kept in the checkpoint, says so in one line."""
+    launcher, args = LAUNCHERS["single"], ("--unseeded",)
+    stopped = train(launcher, tmp_path / "b", tmp_path / "state-b", "keras3", data, args=args, STOP_AT="2:3",
+                    DISTRAIN_STOP_CHECK_SECONDS="0")
+    where = re.search(r"rerun to resume at epoch (\d+), step (\d+)", stopped.stdout)
+    assert stopped.returncode == 75 and where and int(where[2]) > 1, stopped.stdout[-3000:]
+    resumed = train(launcher, tmp_path / "b", tmp_path / "state-b", "keras3", data, args=args)
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    expected = said.replace("batch 4", f"batch {int(where[2]) - 1}")  # the last one trained: the step before
+    assert expected in resumed.stdout, resumed.stdout[-3000:]
+
+
 def test_each_ranks_own_moving_statistics_are_what_makes_the_resume_exact_negative_control(tmp_path, kept_runs):
     """The same stop under MWM x2 (numpy-mwm-keras3-built-on-first-batch above), the ranks' own copies removed
     before the resume: every rank then goes on from the chief's statistics, and the run ends with other ones than
@@ -321,7 +364,8 @@ def test_a_run_resumes_on_another_number_of_workers(tmp_path, kept_runs, before,
 
 
 @pytest.mark.core
-@pytest.mark.parametrize(("data", "family"), [("tfdata", "keras3"), ("tfdata", "legacy"), ("numpy", "legacy")])
+@pytest.mark.parametrize(("data", "family"), [("tfdata", "keras3"), ("tfdata", "legacy"), ("numpy", "legacy"),
+                                            ("pydataset", "keras3")])
 def test_distrain_trains_the_orders_plain_keras_trains(tmp_path, data, family):
     """What positions the data changes nothing of the script's meaning: the batches and their order per epoch are
     those of the same script run by plain Python (seeded, so they are known). Each iterator Keras makes of a

@@ -81,12 +81,12 @@ def test_the_position_is_the_newest_complete_checkpoints_own(tmp_path):
     chief.mkdir()
     for number, epoch, step, length in ((9, 1, 4, None), (10, 2, 0, 7)):
         (chief / f"ckpt-{number}.index").write_text("")
-        runs.write_position(str(chief / f"ckpt-{number}"), epoch, step, length)
+        runs.write_position(str(chief / f"ckpt-{number}"), epoch, step, {"epoch_length": length} if length else None)
     assert runs.read_position(str(tmp_path)) == {"epoch": 2, "step": 0}  # 10 > 9: by number, not by name
-    assert runs.read_epoch_length(str(tmp_path)) == 7  # an input of unknown length: its epochs', once learnt
+    assert runs.read_input_record(str(tmp_path)) == {"epoch_length": 7}  # unknown length: its epochs', once learnt
     (chief / "ckpt-10.index").rename(chief / "ckpt-10.index.corrupt")  # set aside as unreadable
     assert runs.read_position(str(tmp_path)) == {"epoch": 1, "step": 4}
-    assert runs.read_epoch_length(str(tmp_path)) is None
+    assert runs.read_input_record(str(tmp_path)) == {}
     (chief / "ckpt-11.json").write_text("{}")  # complete, but written without a position
     assert runs.read_position(str(tmp_path)) is None
 

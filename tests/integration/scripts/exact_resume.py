@@ -26,10 +26,16 @@ parser.add_argument("--epochs", type=int, default=3)
 parser.add_argument("--samples", type=int, default=100)
 parser.add_argument("--batch-size", type=int, default=16)
 parser.add_argument("--steps-per-execution", type=int, default=1)
-parser.add_argument("--input", choices=["numpy", "tfdata", "stream", "tfrecord"], default="numpy",
+parser.add_argument("--input", choices=["numpy", "tfdata", "stream", "tfrecord", "pydataset", "generator",
+                                        "from-generator"], default="numpy",
                     help="numpy arrays with shuffle=True, a tf.data dataset with a seeded per-epoch reshuffle, "
-                         "an endless one (shuffle(seed).repeat().batch) with fit's steps_per_epoch, or TFRecord "
-                         "shards through TensorFlow's performance guide's pipeline (its length unknown)")
+                         "an endless one (shuffle(seed).repeat().batch) with fit's steps_per_epoch, TFRecord "
+                         "shards through TensorFlow's performance guide's pipeline (its length unknown), a PyDataset "
+                         "(tf_keras: Sequence) reshuffled by its on_epoch_end with a seed, fit's shuffle=False; an "
+                         "endless Python generator with steps_per_epoch, given as it is or through "
+                         "tf.data.Dataset.from_generator")
+parser.add_argument("--unseeded", action="store_true",
+                    help="the PyDataset and generator reshuffle without a seed: another order in every process")
 parser.add_argument("--batch-norm", action="store_true",
                     help="a BatchNormalization layer; its moving statistics go to DIR/statistics.npy, apart")
 parser.add_argument("--no-input-shape", action="store_true", help="a Sequential built on its first batch")
@@ -159,6 +165,38 @@ elif args.input == "tfrecord":  # the tf.data performance guide's pipeline over 
         .map(parse, num_parallel_calls=tf.data.AUTOTUNE).cache().shuffle(args.samples, seed=7)
         .batch(args.batch_size).prefetch(tf.data.AUTOTUNE))  # of unknown length: Keras' epochs end where it ends
     history = model.fit(dataset, epochs=args.epochs, callbacks=callbacks)
+elif args.input == "pydataset":  # Keras' PyDataset guide: batches by index, reshuffled at each epoch's end
+    base = getattr(tf.keras.utils, "PyDataset", None) or tf.keras.utils.Sequence
+
+    class Batches(base):
+        def __init__(self):
+            super().__init__()
+            self.order, self.rng = np.arange(args.samples), np.random.default_rng(None if args.unseeded else 5)
+
+        def __len__(self):
+            return -(-args.samples // args.batch_size)
+
+        def __getitem__(self, index):
+            chosen = self.order[index * args.batch_size:(index + 1) * args.batch_size]
+            return x[chosen], y[chosen]
+
+        def on_epoch_end(self):
+            self.rng.shuffle(self.order)
+
+    history = model.fit(Batches(), epochs=args.epochs, shuffle=False, callbacks=callbacks)
+elif args.input in ("generator", "from-generator"):  # an endless generator of full batches, reshuffled each pass
+
+    def batches_forever():
+        rng = np.random.default_rng(None if args.unseeded else 5)
+        while True:
+            order = rng.permutation(args.samples)
+            for start in range(0, args.samples - args.batch_size + 1, args.batch_size):
+                yield x[order[start:start + args.batch_size]], y[order[start:start + args.batch_size]]
+
+    data = batches_forever() if args.input == "generator" else tf.data.Dataset.from_generator(
+        batches_forever, output_signature=(tf.TensorSpec((None, 5), tf.float32), tf.TensorSpec((None,), tf.float32)))
+    history = model.fit(data, epochs=args.epochs, steps_per_epoch=args.samples // args.batch_size,
+                        callbacks=callbacks)
 else:  # Horovod's and TensorFlow's examples: an endless stream, epochs of steps_per_epoch batches (batches
     # straddle the passes over the samples)
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(args.samples, seed=7).repeat().batch(args.batch_size)
