@@ -31,6 +31,14 @@ if [ "$INSTALL_CONTAINERS" = 1 ]; then
   scripts/setup-apptainer.sh
 fi
 
+# ---- an ordinary account: the tests that follow a user without root run as it (tests/slurm/test_no_image.py) ---
+TEST_USER=${DISTRAIN_TEST_USER:-distrain-user}
+if [ "$(id -u)" = 0 ]; then
+  id "$TEST_USER" >/dev/null 2>&1 || { say "creating the account $TEST_USER"; useradd --create-home --shell /bin/bash "$TEST_USER"; }
+  # subordinate ids, as a site gives its users for `apptainer build --fakeroot`
+  for ids in /etc/subuid /etc/subgid; do grep -q "^$TEST_USER:" "$ids" || echo "$TEST_USER:200000:65536" >> "$ids"; done
+fi
+
 # ---- virtualenvs: one per TensorFlow line -------------------------------------------------------------------
 setup_venv() {  # VENV TF_VERSION KERAS_VERSION
   local venv=$1 tf=$2 keras=$3 tfk

@@ -30,8 +30,8 @@ def codes_in(text: str) -> set[int]:
 def test_exit_codes_agree_in_help_readme_and_the_job_scripts():
     help_text = CliRunner().invoke(app, ["--help"]).output
     help_codes = codes_in(help_text[help_text.index("Exit codes:"):help_text.index("Options:")])
-    readme = (ROOT / "README.md").read_text()
-    table = readme[readme.index("### Exit codes"):readme.index("### Modes")]
+    reference = (ROOT / "docs" / "reference.md").read_text()
+    table = reference[reference.index("## Exit codes"):reference.index("## Modes")]
     readme_codes = {int(c) for row in re.findall(r"^\| ([^|]+?) \|", table, re.MULTILINE)
                     for c in re.findall(r"\d+", row)}
     lib = (ROOT / "jobs" / "lib.sh").read_text()
@@ -43,8 +43,9 @@ def test_exit_codes_agree_in_help_readme_and_the_job_scripts():
 def test_the_readme_opens_for_users_and_closes_with_the_developers_commands():
     readme = (ROOT / "README.md").read_text()
     headers = re.findall(r"^## (.+)$", readme, re.MULTILINE)
-    assert headers[:4] == ["Quick start on a Slurm cluster", "One machine with Docker", "For admins",
-                           "Troubleshooting"] and headers[-1] == "Develop", headers
+    assert headers[:4] == ["Quick start on Slurm, with the image", "Quick start on Slurm, without an image",
+                           "One machine with Docker", "Worked example: 2 nodes x 4 GPUs, 20 hours"] and \
+        headers[-1] == "Develop", headers
     develop = readme[readme.index("## Develop"):]
     assert "scripts/install.sh" in develop and "scripts/test.sh" in develop
     assert (ROOT / ".ci" / "run").read_text().strip().endswith("exec scripts/test.sh")

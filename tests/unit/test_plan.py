@@ -301,15 +301,15 @@ def test_keras_3_is_found_under_the_nightly_names_and_by_its_own_version_file(tm
 
 def test_the_timers_defaults_are_the_readmes():
     """The defaults the integration tests shorten through the settings (a stall floor of 15 s, checks at every
-    step) are, unset, what the README's configuration table says."""
+    step) are, unset, what the reference's configuration table says."""
     plan = detect({}, gpus=[])
     assert (plan.stall_seconds, plan.stall_pause_seconds, plan.stop_check_seconds, plan.checkpoint_minutes,
             plan.start_timeout) == (120.0, 1800.0, 2.0, 30.0, 300.0)
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    reference = (Path(__file__).parents[2] / "docs" / "reference.md").read_text()
     for variable, default in (("DISTRAIN_STALL_SECONDS", "120"), ("DISTRAIN_STALL_PAUSE_SECONDS", "1800"),
                               ("DISTRAIN_STOP_CHECK_SECONDS", "2"), ("DISTRAIN_CHECKPOINT_MINUTES", "30"),
                               ("DISTRAIN_START_TIMEOUT", "300")):
-        assert f"| `{variable}` | `{default}` |" in readme, variable
+        assert f"| `{variable}` | `{default}` |" in reference, variable
 
 
 def test_keras_writes_its_config_in_the_runs_state_only_for_a_user_without_a_keras_home(tmp_path):
