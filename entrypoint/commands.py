@@ -123,6 +123,8 @@ def _open_the_runs_state(plan: Any, path: str, args: list[str], logger: Any) -> 
                           plan.checkpoint_dir_named, _about_the_run(plan, path, args), plan.checkpoint_chosen_by)
     if plan.is_chief:
         logger.info(first)
+        if first.startswith("new run ") and (alike := runs.unfinished_alike(plan.checkpoint_dir, identity, path)):
+            logger.info(alike)
 
 
 def _say_what_runs(plan: Any, logger: Any) -> None:

@@ -217,7 +217,9 @@ def open_run(state_dir: str, run: RunIdentity, rank: int, command: Sequence[str]
     """
     _lock(state_dir, rank)
     recorded = _recorded(state_dir)
-    if recorded and recorded.get("key") != run.key and resume and _has_state(state_dir):
+    # DISTRAIN_RUN naming a run that was not named (the name `distrain runs` and a new run's hint show) adopts it
+    adopted = bool(recorded) and run.key.startswith("name:") and recorded.get("name") == run.name
+    if recorded and recorded.get("key") != run.key and not adopted and resume and _has_state(state_dir):
         where = "DISTRAIN_CHECKPOINT_DIR " if user_named_dir else ""
         raise ConfigError(
             f"{where}{state_dir} holds the state of another run ({recorded.get('name')}: "
@@ -242,6 +244,30 @@ def open_run(state_dir: str, run: RunIdentity, rank: int, command: Sequence[str]
         return f"resuming run {run.name} from its last checkpoint{' in fit ' + str(stage) if stage > 1 else ''} " \
                f"({state})"
     return f"resuming run {run.name} at {describe(**position, stage=stage)} ({state})"
+
+
+def unfinished_alike(state_dir: str, run: RunIdentity, script: str) -> str | None:
+    """For a new run that DISTRAIN_RUN does not name: the newest unfinished run of the same script with other
+    arguments beside it, and how to continue that one instead; None where there is none. Other arguments are
+    another run, and a user who changed `--epochs 50` to `100` expects a continuation: one line says so."""
+    if run.key.startswith("name:"):
+        return None
+    found = []
+    for path in glob.glob(os.path.join(os.path.dirname(state_dir), "*", IDENTITY_FILE)):
+        directory = os.path.dirname(path)
+        recorded = _recorded(directory)
+        if directory == state_dir or not recorded or recorded.get("key") == run.key or \
+                (recorded.get("command") or [""])[0] != script or (point := resume_point(directory)) is None:
+            continue
+        found.append((os.path.getmtime(path), recorded, point))
+    if not found:
+        return None
+    _, recorded, (stage, position) = max(found, key=lambda item: item[0])
+    where = describe(**position, stage=stage) if position else "its last checkpoint"
+    arguments = " ".join(recorded["command"][1:]) or "none"
+    return (f"run {recorded['name']} of this script with other arguments ({arguments}) stopped unfinished at "
+            f"{where}: this is a new run; to continue that one with these arguments, set "
+            f"DISTRAIN_RUN={recorded['name']}")
 
 
 def describe(epoch: int, step: int, stage: int = 1) -> str:

@@ -156,3 +156,37 @@ def test_an_option_spelled_with_or_without_equals_is_one_run():
     assert name("--batch-size=8") != name("--batch-size=16")
     assert name("--", "--batch-size=8") != name("--", "--batch-size", "8")
     assert runs.spelled_alike(["-n=2", "--x=a=b", "--", "--y=1"]) == ["-n=2", "--x", "a=b", "--", "--y=1"]
+
+
+def test_a_new_run_names_the_unfinished_run_of_its_script_with_other_arguments_and_distrain_run_continues_it(
+        tmp_path):
+    """`--epochs 50` stopped, then `--epochs 100`: another run, said in one line naming the stopped one and how to
+    continue it; DISTRAIN_RUN with that name then adopts it (its checkpoints, its position)."""
+    script = "/home/u/proj/train.py"
+    runs_dir = tmp_path / "runs"
+
+    def opened(argv, **env):
+        plan = detect({"USER": "u", "DISTRAIN_OUTPUT_DIR": str(tmp_path), **env}, gpus=[], script=script, argv=argv)
+        os.makedirs(plan.checkpoint_dir, exist_ok=True)
+        identity = runs.RunIdentity(plan.run_name, plan.run_key, "")
+        return plan, identity, runs.open_run(plan.checkpoint_dir, identity, 0, [script, *argv], True, False)
+
+    fifty, fifty_identity, line = opened(["--epochs", "50"])
+    assert line.startswith("new run train-")
+    assert runs.unfinished_alike(fifty.checkpoint_dir, fifty_identity, script) is None
+    chief = Path(fifty.checkpoint_dir) / "chief"
+    chief.mkdir()
+    (chief / "ckpt-4.json").write_text("{}")
+    runs.write_position(str(chief / "ckpt-4"), 2, 40)
+    hundred, hundred_identity, line = opened(["--epochs", "100"])
+    assert line.startswith("new run train-") and hundred.checkpoint_dir != fifty.checkpoint_dir
+    said = runs.unfinished_alike(hundred.checkpoint_dir, hundred_identity, script)
+    assert said == (f"run {fifty.run_name} of this script with other arguments (--epochs 50) stopped unfinished at "
+                    f"epoch 3, step 41: this is a new run; to continue that one with these arguments, set "
+                    f"DISTRAIN_RUN={fifty.run_name}"), said
+    assert runs.unfinished_alike("/elsewhere/runs/x", hundred_identity, "/home/u/other.py") is None
+    continued, _, line = opened(["--epochs", "100"], DISTRAIN_RUN=fifty.run_name)
+    assert continued.checkpoint_dir == fifty.checkpoint_dir and line.startswith(
+        f"resuming run {fifty.run_name} at epoch 3, step 41"), line
+    assert sorted(p.name for p in runs_dir.iterdir()) == sorted({Path(fifty.checkpoint_dir).name,
+                                                                 Path(hundred.checkpoint_dir).name})
