@@ -13,8 +13,8 @@ from typing import Optional
 
 import typer
 
-from . import __version__
-from .commands import DEFAULT_WORKERS, check_script, fail, launch_command, reports_errors, run_script_command
+from . import __version__, job_files
+from .commands import check_script, fail, launch_command, reports_errors, run_script_command
 from .errors import EXIT_ENVIRONMENT, ConfigError, DistrainError
 from .plan import Plan, as_a_job_sees_it, detect
 
@@ -79,7 +79,7 @@ def run(ctx: typer.Context, script: str = SCRIPT_ARG) -> None:
 def launch(
     ctx: typer.Context,
     script: str = SCRIPT_ARG,
-    n: int = typer.Option(DEFAULT_WORKERS, "-n", "--workers", help="Number of local workers."),
+    n: Optional[int] = typer.Option(None, "-n", "--workers", help="Number of local workers (required)."),
     port: Optional[int] = typer.Option(None, "--port", help="First port (default: free ports chosen now)."),
 ) -> None:
     """Start N local MultiWorkerMirroredStrategy workers for SCRIPT (or `bench`); stop all if one dies.
@@ -129,7 +129,11 @@ def plan_cmd(
     script: Optional[str] = typer.Argument(None, help="The script and its arguments: they name the run."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
     job_name: Optional[str] = typer.Option(None, "--job-name", help="The job's name (e.g. distrain-mwm): on the login "
-                                           "node, the run that job will be, its directory, where it resumes."),
+                                           "node, its mode, nodes and ranks, the run it will be, its directory, "
+                                           "where it resumes."),
+    nodes: Optional[int] = typer.Option(None, "--nodes", help="With --job-name: sbatch's --nodes, if given."),
+    tasks_per_node: Optional[int] = typer.Option(None, "--ntasks-per-node",
+                                                 help="With --job-name: sbatch's --ntasks-per-node, if given."),
 ) -> None:
     """Print what would run here, and why, without importing TensorFlow."""
     if script is not None and script.startswith("-"):  # the script's arguments pass through; distrain's own do not
@@ -138,11 +142,13 @@ def plan_cmd(
         check_script(script)  # missing or not Python: exit 2, as `distrain run` says
     env = as_a_job_sees_it(os.environ, job_name, os.getcwd()) if job_name is not None else os.environ
     plan = detect(env, script=script, argv=list(ctx.args))
+    job = job_files.for_plan(job_name, os.environ, os.getcwd(), nodes, tasks_per_node) if job_name else None
     if as_json:
-        data = plan.to_dict()
-        data["resume"] = _resume_note(plan)
+        data = {**plan.to_dict(), "resume": _resume_note(plan), **({"job": job[1]} if job else {})}
         typer.echo(json.dumps(data, indent=2, sort_keys=True))
     else:
+        if job:
+            typer.echo(job[0])
         _print_plan(plan)
 
 

@@ -26,7 +26,7 @@ from .errors import (
 )
 
 Func = TypeVar("Func", bound=Callable)
-DEFAULT_WORKERS = 2  # `launch` without -n (cli's typer option says the same)
+LAUNCH_NEEDS_N = "distrain launch needs -n N, the number of local workers to start: distrain launch -n 2 train.py"
 
 
 def fail(message: str, code: int) -> NoReturn:
@@ -228,10 +228,12 @@ class _Ending:
 
 
 @reports_errors
-def launch_command(workers: int, script: str, args: list[str], port: Optional[int] = None) -> NoReturn:
-    """`distrain launch -n N SCRIPT ARGS...`: N local MWM workers (see `launcher`)."""
+def launch_command(workers: int | None, script: str, args: list[str], port: Optional[int] = None) -> NoReturn:
+    """`distrain launch -n N SCRIPT ARGS...`: N local MWM workers (see `launcher`); -n is required."""
     from . import launcher
 
+    if workers is None:
+        fail(LAUNCH_NEEDS_N, 2)
     if script != "bench":
         check_script(script)
     raise SystemExit(launcher.launch(workers, script, args, port=port))

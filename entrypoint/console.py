@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Optional
 
-from .commands import DEFAULT_WORKERS, fail, launch_command, run_script_command
+from .commands import fail, launch_command, run_script_command
 
 COMMANDS = ("run", "launch", "plan", "doctor", "selftest", "runs", "data", "packages", "bench", "image", "--help", "-h",
             "--version")
@@ -62,7 +62,7 @@ def main() -> None:
     launch = parse_launch(argv[1:]) if argv[:1] == ["launch"] else None
     if launch:
         options, script, args = launch
-        launch_command(options.get("workers", DEFAULT_WORKERS), script, args, port=options.get("port"))
+        launch_command(options.get("workers"), script, args, port=options.get("port"))
     from .cli import app
 
     app(args=argv, prog_name="distrain")

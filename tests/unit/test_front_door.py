@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from entrypoint.cli import app
 from entrypoint.console import parse_launch
-from helpers import ROOT, clean_env, small_tmpfs
+from helpers import DISTRAIN, ROOT, clean_env, small_tmpfs
 from readme_blocks import block
 
 COMMANDS = [["run"], ["launch"], ["plan"], ["doctor"], ["data"], ["packages"], ["bench"], ["image"], ["image", "build"],
@@ -129,3 +129,12 @@ def test_the_console_knows_every_command_the_cli_has():
 
     cli = {c.name or c.callback.__name__ for c in app.registered_commands} | {g.name for g in app.registered_groups}
     assert cli == {c for c in COMMANDS if not c.startswith("-")} | set(HIDDEN_COMMANDS), cli
+
+
+def test_launch_without_n_starts_nothing_and_says_what_it_needs(tmp_path):
+    (tmp_path / "train.py").write_text("print('trained')\n")
+    for argv in (["launch", "train.py"], ["launch", "--port", "3000", "train.py"]):
+        out = subprocess.run([DISTRAIN, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and "trained" not in out.stdout, out
+        assert out.stderr.strip().splitlines() == ["distrain: error: distrain launch needs -n N, the number of local "
+                                                   "workers to start: distrain launch -n 2 train.py"], out.stderr

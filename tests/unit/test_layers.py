@@ -14,7 +14,7 @@ LAYERS = [  # bottom to top; a module's layer is that of the longest prefix nami
     ("base", ["errors", "log", "startup_stop", "descendants"]),
     ("decision", ["settings", "workdirs", "slurm", "runs", "ports", "gpus", "world", "keras_family", "plan",
                   "devices", "peers", "endings", "container_paths",
-                  "user_site", "one_process_loops"]),
+                  "user_site", "one_process_loops", "job_files"]),
     ("setup", ["engines", "compat", "runtime", "packages"]),
     ("inside fit", ["fit"]),
     ("the run", ["runner", "restarts", "launcher"]),
@@ -153,6 +153,7 @@ SETTINGS_EXCEPTIONS = {
     "tools/selftest_train.py": "DISTRAIN_SELFTEST_FAULT: the self-test's negative control, read by its worker only",
     "runs_view.py": "DISTRAIN_QUEUED_JOBS: the host's squeue list that bin/distrain hands the image (no Plan made)",
     "tools/images.py": "DISTRAIN_HOME, DISTRAIN: where the checkout is, for `image build` (no Plan made)",
+    "job_files.py": "DISTRAIN_HOME, DISTRAIN: where the job files are, for `plan --job-name` (not this Plan's)",
 }
 def setting_reads(source: str) -> list[int]:
     """Lines that read a DISTRAIN_* or SLURM_* variable: `x.get("NAME")`, `getenv("NAME")`, `x["NAME"]` (a load)."""
