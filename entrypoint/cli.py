@@ -1,8 +1,6 @@
 """The `distrain` command (typer): help, plan, doctor, selftest, data, bench, image. Thin: parse, call, print, exit.
-
 Errors distrain detects print one line, `distrain: error: ...`, and exit with a code from `errors`; the user
-script's own traceback and exit code pass through unchanged.
-"""
+script's own traceback and exit code pass through unchanged."""
 
 from __future__ import annotations
 
@@ -223,6 +221,7 @@ def packages(requirements: str = typer.Argument(..., help="A pip requirements fi
     virtualenv runs with DISTRAIN_REQUIREMENTS use, over the image's packages, under the output directory."""
     from . import packages as own
 
+    own.check_base()
     plan = detect({**os.environ, "DISTRAIN_REQUIREMENTS": requirements})
     typer.echo(f"distrain: packages ready: {own.ensure(str(plan.packages_root), str(plan.requirements), typer.echo)}")
 

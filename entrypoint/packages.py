@@ -36,6 +36,15 @@ def _canonical(name: str) -> str:
     return name.lower().replace("_", "-").replace(".", "-")
 
 
+def check_base() -> None:
+    """`distrain packages` builds over the Python that runs it: the login node's own distrain (the README's first
+    step, no TensorFlow) would build them over another base than the jobs' Python."""
+    if not {"tensorflow", "tensorflow-cpu"} & set(installed()):
+        raise ConfigError("this distrain's Python has no TensorFlow, so packages built over it would not be the "
+                          'image\'s: run "$DISTRAIN/bin/distrain" packages (the image\'s distrain; with '
+                          "USE_CONTAINER=0, the virtualenv's)")
+
+
 def installed() -> dict[str, str]:
     """The image's distributions: canonical name -> version."""
     found: dict[str, str] = {}

@@ -437,7 +437,7 @@ def run_script(script: str, argv: list[str], engine: Engine | None, evened: batc
         default_strategy.make_default(engine.tf, None)
         log().info("hooks off: the script runs as is, without the default strategy or hooks")
     startup_stop.hand_over(handlers_installed=False)  # hooks off: the script gets the signals' defaults
-    if engine is not None and engine.plan.is_chief:
+    if engine is not None and engine.plan.hooks and engine.plan.is_chief:  # hooks off: sys.stdout is python's
         track_stdout()
     sys.argv = [script, *argv]
     sys.path.insert(0, os.path.dirname(script))

@@ -241,13 +241,14 @@ def small_tmpfs(path: Path, size: str) -> Iterator[Path]:
     import pytest
 
     path.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True,
+                             timeout=300)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.decode().strip()}")
     try:
         yield path
     finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=300)
 
 
 def a_wheel(folder):
@@ -262,3 +263,24 @@ def a_wheel(folder):
         for path, text in files.items():
             wheel.writestr(path, text)
     return folder
+
+
+# An ordinary account (scripts/install.sh makes it, with the subordinate ids `apptainer build --fakeroot` needs):
+# the tests that follow a user without root run their commands as it.
+TEST_USER = os.environ.get("DISTRAIN_TEST_USER", "distrain-user")
+
+
+def account_exists() -> bool:
+    return subprocess.run(["id", TEST_USER], capture_output=True, timeout=10).returncode == 0
+
+
+def as_the_user(command: str, cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """`command` in bash as TEST_USER, with only `env` (a login's variables), never as root."""
+    return subprocess.run(["runuser", "-u", TEST_USER, "--", "env", "-i", *(f"{k}={v}" for k, v in env.items()),
+                           "bash", "-euc", command], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def the_users_own(path: Path) -> Path:
+    """`path` (made by root for the test) handed to TEST_USER, the whole tree."""
+    subprocess.run(["chown", "-R", f"{TEST_USER}:", str(path)], check=True, timeout=120)
+    return path

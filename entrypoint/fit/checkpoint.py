@@ -194,8 +194,9 @@ class TfKerasBackup:
         epoch = int(self._training_state._ckpt_saved_epoch.numpy())
         if epoch < 0:
             return
-        callback_state.restore(newest_checkpoint(self.chief_dir) or "", self.script_callbacks)
-        self.earlier = callback_state.logged_before(newest_checkpoint(self.chief_dir) or "")
+        restored = newest_checkpoint(self.chief_dir) or ""
+        callback_state.restore(restored, self.script_callbacks)
+        self.earlier = callback_state.logged_before(restored)
         self.logged = self.earlier.copy()
         position = runs.read_position(self.plan.checkpoint_dir)
         if position and self.hooks.exact:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, clean_env
+from helpers import ROOT, TEST_USER, account_exists, as_the_user, clean_env, the_users_own
 
 DOCKER = "/usr/bin/docker"
 BASE_TAR = Path(os.environ.get("DISTRAIN_TEST_BASE_TAR", "/var/cache/distrain/test-base-tf2.17.1.tar"))
@@ -25,6 +26,11 @@ APPTAINER_CACHE = Path(os.environ.get("DISTRAIN_TEST_APPTAINER_CACHE", "/var/cac
 # lz4, not Apptainer's default gzip: the test image's build took 109 s with gzip, 47 s with lz4 (671 MB, not 464).
 # Apptainer's own setting (build --mksquashfs-args, from the environment): the image files are built unchanged.
 SQUASHFS_FOR_TESTS = "-comp lz4"
+USERS_APPTAINER_CACHE = Path(f"/var/cache/distrain/apptainer-{TEST_USER}")  # the account's, kept between sessions
+USERS_PIP_CACHE = Path(f"/var/cache/distrain/pip-{TEST_USER}")
+# what the README's `git clone` brings, copied: the account cannot clone a repository another user owns
+NOT_CLONED = (".git", ".venv", ".venv-tf221", "__pycache__", ".pytest_cache", ".ruff_cache", "build", ".tools",
+              "wheelhouse")
 
 
 def container_env(**extra: str) -> dict[str, str]:
@@ -75,18 +81,35 @@ def docker_image(docker):
 
 
 @pytest.fixture(scope="session")
-def sif(docker, tmp_path_factory):
-    """The project's Apptainer.def built by `distrain image build` (spython) on the base from the local registry.
-    --notest: its %test (doctor, then the selftest of every mode) runs in test_apptainer_plan_test_and_labels, not
-    twice. The Apptainer cache (the base image's layers, by digest) is kept between sessions, as a login node's is."""
+def sif(docker):
+    """The project's Apptainer.def built by `distrain image build` as an ordinary account, as a user without an
+    admin builds it: TEST_USER (no root: `--fakeroot` with the subordinate ids scripts/install.sh gives it), with
+    the `distrain` command it installs as the README's first step (a virtualenv from its own copy of the
+    checkout), from a directory outside the checkout, on the base from the local registry. --notest: its %test
+    (doctor, then the selftest of every mode) runs in test_apptainer_plan_test_and_labels, not twice. The
+    account's Apptainer cache (the base image's layers, by digest) is kept between sessions, as a login node's is."""
     if not (APPTAINER_HOME / "bin" / "apptainer").exists() and not shutil.which("apptainer"):
         pytest.skip("apptainer is not installed (scripts/install.sh runs scripts/setup-apptainer.sh)")
-    image = tmp_path_factory.mktemp("sif") / "distrain.sif"
-    APPTAINER_CACHE.mkdir(mode=0o700, parents=True, exist_ok=True)
-    elsewhere = tmp_path_factory.mktemp("admin")  # an admin builds from any directory (README, For admins)
-    out = sh([str(ROOT / ".venv" / "bin" / "distrain"), "image", "build", str(image), "--base-image", docker,
-              "--notest", "--expect", CPU_BASE_CARRIES], timeout=1200, cwd=elsewhere,
-             DISTRAIN_CACHE=str(APPTAINER_CACHE), APPTAINER_MKSQUASHFS_ARGS=SQUASHFS_FOR_TESTS)
-    assert out.returncode == 0, out.stdout[-3000:]
-    assert f"distrain: built {image}" in out.stdout
-    return image
+    if not account_exists():
+        pytest.skip(f"no account {TEST_USER}: scripts/install.sh makes it")
+    work = Path(tempfile.mkdtemp(prefix="distrain-sif-", dir="/var/tmp"))  # the account's, where it can write
+    shutil.copytree(ROOT, work / "distrain", ignore=shutil.ignore_patterns(*NOT_CLONED))
+    (work / "elsewhere").mkdir()
+    for cache in (USERS_APPTAINER_CACHE, USERS_PIP_CACHE):
+        cache.mkdir(mode=0o700, parents=True, exist_ok=True)
+        the_users_own(cache)
+    the_users_own(work)
+    image = work / "distrain.sif"
+    env = {"HOME": os.path.expanduser(f"~{TEST_USER}"), "PATH": f"{APPTAINER_HOME / 'bin'}:/usr/bin:/bin",
+           "APPTAINER_NOHTTPS": "1", "DISTRAIN_CACHE": str(USERS_APPTAINER_CACHE),
+           "PIP_CACHE_DIR": str(USERS_PIP_CACHE), "APPTAINER_MKSQUASHFS_ARGS": SQUASHFS_FOR_TESTS,
+           "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    command = (f"python3 -m venv {work}/command && {work}/command/bin/pip install -q {work}/distrain && cd elsewhere "
+               f"&& {work}/command/bin/distrain image build {image} --base-image {docker} --notest "
+               f"--expect '{CPU_BASE_CARRIES}'")
+    out = as_the_user(command, work, env, timeout=1200)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert f"distrain: built {image}" in out.stdout + out.stderr
+    assert image.stat().st_uid != 0  # the account's own image
+    yield image
+    shutil.rmtree(work, ignore_errors=True)

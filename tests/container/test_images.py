@@ -125,7 +125,7 @@ def test_failed_build_keeps_the_old_image_and_exits_5(tmp_path):
 def test_no_apptainer_is_a_clear_error(tmp_path):
     out = subprocess.run([str(ROOT / ".venv/bin/distrain"), "image", "pull", "docker://x/y", str(tmp_path / "t.sif")],
                          env=clean_env(PATH="/usr/bin:/bin", DISTRAIN_CACHE=str(tmp_path)), text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT, timeout=300)
     assert out.returncode == 3 and "neither apptainer nor singularity is on PATH" in out.stdout
 
 
@@ -156,13 +156,13 @@ def test_dockerfile_and_def_describe_the_same_image():
 
 def test_linters_pass_on_dockerfile_and_def_sections(tmp_path):
     venv = ROOT / ".venv" / "bin"
-    assert subprocess.run([str(venv / "hadolint"), str(ROOT / "Dockerfile")]).returncode == 0
+    assert subprocess.run([str(venv / "hadolint"), str(ROOT / "Dockerfile")], timeout=300).returncode == 0
     definition = (ROOT / "Apptainer.def").read_text()
     for section in ("post", "runscript", "test", "environment"):
         body = re.search(rf"^%{section}\n(.*?)(?=^%|\Z)", definition, re.M | re.S).group(1)
         script = tmp_path / f"{section}.sh"
         script.write_text("#!/bin/sh\n" + body)
-        result = subprocess.run([str(venv / "shellcheck"), str(script)], capture_output=True, text=True)
+        result = subprocess.run([str(venv / "shellcheck"), str(script)], capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, f"%{section}:\n{result.stdout}"
 
 

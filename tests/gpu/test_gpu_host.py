@@ -41,7 +41,7 @@ def distrain(*args: str, **env: str) -> subprocess.CompletedProcess:
 
 def smi_gpus() -> list[list[str]]:
     out = subprocess.run([SMI, "--query-gpu=index,name,pci.bus_id,driver_version,memory.total,compute_cap",
-                          "--format=csv,noheader"], capture_output=True, text=True, check=True).stdout
+                          "--format=csv,noheader"], capture_output=True, text=True, check=True, timeout=300).stdout
     return [[f.strip() for f in line.split(",")] for line in out.strip().splitlines()]
 
 
@@ -100,7 +100,7 @@ def test_the_kernel_module_and_nvidia_smi_agree_on_the_driver():
 def test_the_selftest_driver_row_reads_the_drivers_cuda():
     from entrypoint.tools.selftest import driver_row
 
-    header = subprocess.run([SMI], capture_output=True, text=True).stdout
+    header = subprocess.run([SMI], capture_output=True, text=True, timeout=300).stdout
     supported = re.search(r"CUDA Version:\s*([\d.]+)", header).group(1)
     assert driver_row(supported).status == "pass"
     newer = f"{int(supported.split('.')[0]) + 1}.0"

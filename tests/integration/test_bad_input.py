@@ -71,7 +71,8 @@ def test_a_module_only_the_unread_user_site_holds_is_one_line_naming_the_setting
     assert_one_line_error(unread, 2, f"module 'labtools' is in your user site {site}, which the image does not "
                           "read (it could shadow the image's TensorFlow and NumPy): set DISTRAIN_USER_SITE=1")
     read = subprocess.run(["/usr/bin/python3", "-c", "import labtools; print(labtools.ANSWER)"],
-                          env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+                          env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+                          timeout=300)
     assert read.stdout.strip() == "42", read.stderr  # where Python reads it (outside a venv), it shadows packages
 
 
@@ -149,10 +150,10 @@ def test_missing_worker_ends_with_a_message_not_a_hang():
 def venv_without_horovod(tmp_path_factory):
     """A real environment without Horovod (and without TensorFlow): distrain and its CLI dependencies only."""
     venv = tmp_path_factory.mktemp("bare") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, "typer", "spython"], check=True, capture_output=True)
-    subprocess.run([*pip, "--no-deps", str(ROOT)], check=True, capture_output=True)
+    subprocess.run([*pip, "typer", "spython"], check=True, capture_output=True, timeout=300)
+    subprocess.run([*pip, "--no-deps", str(ROOT)], check=True, capture_output=True, timeout=300)
     return venv
 
 

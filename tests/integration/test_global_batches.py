@@ -7,7 +7,6 @@ CPU (the AMD EPYC VMs here) it is off and the case cannot fail. These tests turn
 as it is by default on CPUs that have those, so that they test the same thing on every x86 CPU."""
 
 import json
-import subprocess
 import sys
 import time
 
@@ -17,7 +16,7 @@ from helpers import (
     DISTRAIN,
     FULL_TIER,
     KERAS_FAMILIES,
-    ROOT,
+    Watched,
     assert_trained_in_sync,
     clean_env,
     free_ports,
@@ -54,19 +53,15 @@ def test_negative_control_plain_tensorflow_fails_on_the_case(tmp_path):
     procs = []
     for index in range(4):
         config = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
-        log = open(tmp_path / f"worker{index}.log", "w")  # noqa: SIM115 - closed below
-        procs.append((subprocess.Popen([sys.executable, SCRIPT, "--own-strategy"], cwd=ROOT, stdout=log,
-                                       stderr=subprocess.STDOUT, env={**clean_env(TF_USE_LEGACY_KERAS="1"),
-                                                                      **ONEDNN_ON, "TF_CONFIG": config}), log))
+        procs.append(Watched([sys.executable, SCRIPT, "--own-strategy"],
+                             env={**clean_env(TF_USE_LEGACY_KERAS="1"), **ONEDNN_ON, "TF_CONFIG": config}))
     deadline = time.monotonic() + 300
     try:  # the workers whose peers failed wait on a collective: stop at the first failure
-        while time.monotonic() < deadline and not any(p.poll() not in (None, 0) for p, _ in procs) \
-                and not all(p.poll() == 0 for p, _ in procs):
+        while time.monotonic() < deadline and not any(p.returncode not in (None, 0) for p in procs) \
+                and not all(p.returncode == 0 for p in procs):
             time.sleep(1)
     finally:
-        for proc, log in procs:
+        for proc in procs:
             proc.kill()
-            proc.wait()
-            log.close()
-    output = "".join((tmp_path / f"worker{i}.log").read_text() for i in range(4))
+    output = "".join(proc.rest(timeout=30) for proc in procs)  # each read to its end
     assert "ReluGrad" in output or "must have the same size and shape" in output, output[-3000:]

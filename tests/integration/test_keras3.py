@@ -65,7 +65,12 @@ def test_unknown_keras_still_runs_single_where_nothing_needs_fixing(unknown_kera
     assert out.returncode == 0 and "keras=3.99.0" in out.stdout, out.stdout[-3000:]
 
 
-def test_plain_python_and_distrain_agree_on_the_keras_family():
-    code = "import tensorflow as tf; print('FAMILY', tf.keras.Model.__module__.split('.')[0])"
-    plain = subprocess.run([sys.executable, "-c", code], env=clean_env(), capture_output=True, text=True)
+def test_plain_python_and_distrain_agree_on_the_keras_family(tmp_path):
+    """`tf.keras` is Keras 3 under plain python with TensorFlow 2.16+ (no TF_USE_LEGACY_KERAS): under distrain too."""
+    script = tmp_path / "family.py"
+    script.write_text("import tensorflow as tf\nprint('FAMILY', tf.keras.Model.__module__.split('.')[0])\n")
+    plain = subprocess.run([sys.executable, str(script)], env=clean_env(), capture_output=True, text=True,
+                           timeout=300)
     assert "FAMILY keras" in plain.stdout, plain.stderr[-2000:]
+    distributed = run([DISTRAIN, "run", str(script)], env=clean_env(DISTRAIN_CHECKPOINT="0"), cwd=tmp_path)
+    assert distributed.returncode == 0 and "FAMILY keras\n" in distributed.stdout, distributed.stdout[-2000:]

@@ -3,7 +3,6 @@
 import os
 import re
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,6 @@ from helpers import (
     DISTRAIN,
     FULL_TIER,
     KERAS_FAMILIES,
-    ROOT,
     Watched,
     assert_trained_in_sync,
     clean_env,
@@ -104,10 +102,8 @@ def test_concurrent_saves_to_one_path_always_leave_a_loadable_model(tmp_path):
     script = tmp_path / "saver.py"
     script.write_text(writer)
     # the same command twice at once is one run twice, which distrain refuses: these saves need no run state
-    launches = [subprocess.Popen([DISTRAIN, "launch", "-n", str(n), str(script), str(target)], cwd=ROOT,
-                                 env=clean_env(DISTRAIN_CHECKPOINT="0"), stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, text=True)
-                for n in (2, 4)]
+    launches = [Watched([DISTRAIN, "launch", "-n", str(n), str(script), str(target)],
+                        env=clean_env(DISTRAIN_CHECKPOINT="0")) for n in (2, 4)]
     reader = ("import os, sys, time; os.environ['TF_USE_LEGACY_KERAS'] = '1'\nimport tensorflow as tf\n"
               "loads = 0\nend = time.time() + 25\n"
               "while time.time() < end and loads < 40:\n"
@@ -115,9 +111,8 @@ def test_concurrent_saves_to_one_path_always_leave_a_loadable_model(tmp_path):
               "        tf.keras.models.load_model(sys.argv[1]); loads += 1\n"
               "print('LOADS', loads)\n")
     read = run(["python", "-c", reader, str(target)], env=clean_env(), timeout=120)
-    for proc in launches:
-        out = proc.communicate(timeout=300)[0]
-        assert proc.returncode == 0, out[-3000:]
+    for launch in launches:  # read as they run (a thread each), their own sessions ended past the deadline
+        assert launch.wait(timeout=300) == 0, launch.output[-3000:]
     assert read.returncode == 0, read.stdout[-3000:]
     assert int(re.search(r"LOADS (\d+)", read.stdout).group(1)) > 0
     assert sorted(os.listdir(tmp_path)) == ["saver.py", "shared.keras"]  # no temp files left

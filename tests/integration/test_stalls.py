@@ -57,5 +57,5 @@ def test_a_slower_rank_a_long_first_step_and_long_epoch_ends_are_not_stalls(tmp_
 
 def test_the_stall_floor_is_a_setting_checked_at_start():
     out = subprocess.run([DISTRAIN, "plan"], env=clean_env(DISTRAIN_STALL_SECONDS="soon"), capture_output=True,
-                         text=True, cwd=ROOT)
+                         text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 2 and "DISTRAIN_STALL_SECONDS='soon' is not a number" in out.stderr

@@ -51,7 +51,7 @@ def wait_gone(slurm_conf: str, job_id: str, timeout: float = 300) -> None:
     env = {**os.environ, "SLURM_CONF": slurm_conf}
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        out = subprocess.run(["squeue", "-h", "-j", job_id], env=env, capture_output=True, text=True)
+        out = subprocess.run(["squeue", "-h", "-j", job_id], env=env, capture_output=True, text=True, timeout=300)
         if job_id not in out.stdout:
             return
         time.sleep(1)
@@ -67,7 +67,7 @@ def wait_for_text(log: Path, text: str, timeout: float = 180) -> None:
 
 def cancel(slurm_conf: str, job_id: str) -> None:
     """scancel a test's job (a no-op once it ended), so a failed test never leaves a job holding the nodes."""
-    subprocess.run(["scancel", job_id], env={**os.environ, "SLURM_CONF": slurm_conf}, capture_output=True)
+    subprocess.run(["scancel", job_id], env={**os.environ, "SLURM_CONF": slurm_conf}, capture_output=True, timeout=300)
 
 
 def user(slurm: str, tmp_path: Path, **extra: str) -> tuple[Path, Path, dict[str, str]]:

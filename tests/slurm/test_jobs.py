@@ -159,7 +159,7 @@ def test_sigterm_checkpoints_requeues_and_resumes(slurm, tmp_path):
     env = {**os.environ, "SLURM_CONF": slurm}
     try:
         wait_for_text(log, "Epoch 3/")
-        subprocess.run(["scancel", "--signal=TERM", job_id], env=env, check=True)
+        subprocess.run(["scancel", "--signal=TERM", job_id], env=env, check=True, timeout=300)
         # the requeued run waits for the old credential to expire (the test cluster's cred_expire=10)
         wait_gone(slurm, job_id, timeout=300)
     finally:
@@ -175,7 +175,8 @@ def test_sigterm_checkpoints_requeues_and_resumes(slurm, tmp_path):
     assert f"training goes on at {at[1]}" in resumed, resumed[:500]
     assert int(re.search(r"Epoch (\d+)/\d+", resumed).group(1)) == stopped_in  # completed epochs not redone
     assert_trained_in_sync(resumed, workers=2)
-    show = subprocess.run(["scontrol", "show", "job", job_id], env=env, capture_output=True, text=True).stdout
+    show = subprocess.run(["scontrol", "show", "job", job_id], env=env, capture_output=True, text=True,
+                          timeout=300).stdout
     assert "Restarts=1" in show and "JobState=COMPLETED" in show
 
 
@@ -187,7 +188,7 @@ def test_a_job_stopped_while_it_starts_is_requeued(slurm, tmp_path):
     env = {**os.environ, "SLURM_CONF": slurm}
     try:
         wait_for_text(log, "distrain job: checkpoints:")  # the line before the step starts
-        subprocess.run(["scancel", "--batch", "--signal=TERM", job_id], env=env, check=True)
+        subprocess.run(["scancel", "--batch", "--signal=TERM", job_id], env=env, check=True, timeout=300)
         wait_for_text(log, f"requeueing job {job_id}", timeout=60)
     finally:
         cancel(slurm, job_id)

@@ -11,25 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, assert_trained_in_sync
+from helpers import ROOT, TEST_USER, account_exists, as_the_user, assert_trained_in_sync
 from readme_blocks import block
 from slurm_jobs import cancel, submitted, wait_for_text, wait_gone
 
-TEST_USER = os.environ.get("DISTRAIN_TEST_USER", "distrain-user")  # scripts/install.sh creates it
 PIP_CACHE = Path("/var/cache/distrain") / f"pip-{TEST_USER}"  # the account's pip cache, kept between runs
 # what `git clone` of the README brings: the tracked files (this test copies them, as the account cannot clone a
 # repository another user owns without git's safe.directory)
-NOT_CLONED = (".git", ".venv", ".venv-tf221", "__pycache__", ".pytest_cache", ".ruff_cache", "build")
-
-
-def account_exists() -> bool:
-    return subprocess.run(["id", TEST_USER], capture_output=True, timeout=10).returncode == 0
-
-
-def as_the_user(command: str, cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-    """`command` in bash as TEST_USER, with only `env` (a login's variables), never as root."""
-    return subprocess.run(["runuser", "-u", TEST_USER, "--", "env", "-i", *(f"{k}={v}" for k, v in env.items()),
-                           "bash", "-euc", command], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+NOT_CLONED = (".git", ".venv", ".venv-tf221", "__pycache__", ".pytest_cache", ".ruff_cache", "build", ".tools")
 
 
 @pytest.mark.skipif(not account_exists(), reason=f"no account {TEST_USER}: scripts/install.sh makes it")

@@ -61,14 +61,14 @@ def test_a_job_stopped_without_requeue_resumes_with_the_command_its_log_prints(s
     # batches of 8: 225 steps, epochs of about 2 s here, so that the 10 epochs left after the listing's start are
     # far longer than the listing takes under load (2-4 s; with the default 64, 0.3 s epochs: training once ended
     # before the signal came, a timing flake)
-    job_id = submitted(subprocess.run(command, cwd=project, env=env, capture_output=True, text=True))
+    job_id = submitted(subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=300))
     log = project / f"distrain-mwm-{job_id}.out"
     runs = [DISTRAIN, "runs", "--json"]  # the user's output dir ($SCRATCH/distrain), as on the login node
     try:
         wait_for_text(log, "Epoch 2/")  # one epoch's loss logged: where the loss has to fall from
-        running = json.loads(subprocess.run(runs, env=env, capture_output=True, text=True).stdout)
+        running = json.loads(subprocess.run(runs, env=env, capture_output=True, text=True, timeout=300).stdout)
         signalled_in = int(re.findall(r"Epoch (\d+)/12", log.read_text(errors="replace"))[-1])  # listing took epochs
-        subprocess.run(["scancel", "--signal=TERM", job_id], env=env, check=True)
+        subprocess.run(["scancel", "--signal=TERM", job_id], env=env, check=True, timeout=300)
         wait_gone(slurm, job_id, timeout=120)
     finally:
         cancel(slurm, job_id)
@@ -78,14 +78,15 @@ def test_a_job_stopped_without_requeue_resumes_with_the_command_its_log_prints(s
     loss_at_start = float(re.search(r"loss: ([\d.]+)", text).group(1))
     # the last line says exactly what to type: the job's own sbatch options and job name, from the submit dir
     resume = re.search(r"to resume, submit it again: (.+)", text).group(1)
-    stopped = json.loads(subprocess.run(runs, env=env, capture_output=True, text=True).stdout)
+    stopped = json.loads(subprocess.run(runs, env=env, capture_output=True, text=True, timeout=300).stdout)
     assert [(r["live"], r["state"].split(" (")[0][:10], r["resume"]) for r in stopped] == \
         [(False, "stopped at", resume)], stopped  # distrain runs shows the same command
     # (--gres=gpu:2 as given is --gpus-per-task=1 of the header for its 2 tasks: the same GPUs)
     assert resume == f"cd {project} && sbatch --nodes=1 --ntasks-per-node=2 --gpus-per-task=1 --cpus-per-task=1 " \
         f"--partition=debug --time=01:00:00 --job-name=distrain-mwm {ROOT}/jobs/mwm.job {project}/train.py " \
         "--epochs 12 --batch-size 8", resume
-    again = submitted(subprocess.run(["bash", "-c", resume], cwd=tmp_path, env=env, capture_output=True, text=True))
+    again = submitted(subprocess.run(["bash", "-c", resume], cwd=tmp_path, env=env, capture_output=True, text=True,
+                                     timeout=300))
     try:
         wait_gone(slurm, again, timeout=300)
     finally:
@@ -104,7 +105,7 @@ def test_bad_input_to_a_job_is_one_line_and_exit_2_before_srun(slurm, tmp_path):
     home, project, env = user(slurm, tmp_path)
     small = ["sbatch", "--wait", "--nodes=1", "--ntasks-per-node=1", "--gres=gpu:1", "--cpus-per-task=1"]
     missing = subprocess.run([*small, "--output=missing.out", f"{ROOT}/jobs/mwm.job", "nope.py"], cwd=project,
-                             env=env, capture_output=True, text=True)
+                             env=env, capture_output=True, text=True, timeout=300)
     text = (project / "missing.out").read_text(errors="replace")
     assert missing.returncode == 2, text
     assert f"distrain job: error: training script {project}/nope.py not found" in text
@@ -112,7 +113,7 @@ def test_bad_input_to_a_job_is_one_line_and_exit_2_before_srun(slurm, tmp_path):
     alone = project / "mwm.job"  # a job file copied out of the checkout: no lib.sh beside it
     shutil.copy(ROOT / "jobs" / "mwm.job", alone)
     lost = subprocess.run([*small, "--output=alone.out", str(alone), "train.py"], cwd=project, env=env,
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, timeout=300)
     text = (project / "alone.out").read_text(errors="replace")
     assert lost.returncode == 2 and "distrain job: error: cannot read jobs/lib.sh" in text, text
     assert len(text.strip().splitlines()) == 1

@@ -76,7 +76,8 @@ except SystemExit as e:
                                   ["launch", "-n", "2", "--port=7000", "missing.py"]])
 def test_the_commands_every_job_runs_start_without_typer(tmp_path, argv):
     """`run` (every worker) and `launch` are parsed without typer: it costs ~35 ms of CPU per process (#21)."""
-    out = subprocess.run([sys.executable, "-c", ENTRY, *argv], cwd=tmp_path, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", ENTRY, *argv], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300)
     assert out.stdout.split() == ["2", "False"], out
     assert out.stderr == f"distrain: error: training script 'missing.py' not found (relative to {tmp_path}): " \
                          "check the path and bind mounts\n"
@@ -84,7 +85,7 @@ def test_the_commands_every_job_runs_start_without_typer(tmp_path, argv):
 
 def test_everything_else_still_goes_through_typer(tmp_path):
     out = subprocess.run([sys.executable, "-c", ENTRY, "launch", "--help"], cwd=tmp_path, capture_output=True,
-                         text=True)
+                         text=True, timeout=300)
     assert "Usage: distrain launch" in out.stdout and out.stdout.split()[-2:] == ["0", "True"], out
 
 
@@ -98,7 +99,8 @@ def test_launch_options_are_parsed_as_typer_would_or_left_to_typer():
 
 
 def test_a_mistyped_command_is_not_taken_for_a_script(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "entrypoint", "runz"], cwd=tmp_path, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "entrypoint", "runz"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300)
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert "distrain: error: no command or script 'runz' (commands: run, launch, plan," in out.stderr
 
@@ -108,7 +110,7 @@ def test_a_script_that_does_not_compile_is_one_line_before_any_run_starts(tmp_pa
     script.write_text("import numpy\n\nfor epoch in range(3)\n    print(epoch)\n")
     for command in (["run"], ["launch", "-n", "2"]):
         out = subprocess.run([sys.executable, "-m", "entrypoint", *command, str(script)], cwd=tmp_path, text=True,
-                             capture_output=True, env=clean_env(DISTRAIN_OUTPUT_DIR=str(tmp_path / "o")))
+                             capture_output=True, env=clean_env(DISTRAIN_OUTPUT_DIR=str(tmp_path / "o")), timeout=300)
         assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
         assert f"distrain: error: {script}:3: expected ':'" in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "o").exists()  # no run state written, TensorFlow never loaded
@@ -117,7 +119,7 @@ def test_a_script_that_does_not_compile_is_one_line_before_any_run_starts(tmp_pa
 @pytest.mark.parametrize("job", ["mwm.job", "selftest.job"])
 def test_a_job_script_run_by_hand_outside_slurm_says_to_submit_it_and_writes_nothing(tmp_path, job):
     out = subprocess.run(["bash", str(ROOT / "jobs" / job), "train.py"], cwd=tmp_path, capture_output=True,
-                         text=True, env=clean_env())
+                         text=True, env=clean_env(), timeout=300)
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert "this is a Slurm job script: submit it with sbatch" in out.stderr and not list(tmp_path.iterdir())
 

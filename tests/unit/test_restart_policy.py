@@ -100,5 +100,6 @@ def test_a_step_none_of_whose_workers_started_asks_the_job_script_for_a_requeue(
 
     env = {**os.environ, "DISTRAIN_CHECKPOINT_DIR": str(tmp_path), "SLURM_JOB_ID": "7", "SLURM_NTASKS": "2"}
     answer = subprocess.run([sys.executable, "-m", "entrypoint", "restart-check", "--code", "1", "--since",
-                             str(time.time()), str(tmp_path / "train.py")], env=env, capture_output=True, text=True)
+                             str(time.time()), str(tmp_path / "train.py")], env=env, capture_output=True, text=True,
+                            timeout=300)
     assert answer.returncode == 10 and "no worker of the step started" in answer.stdout, answer.stdout + answer.stderr

@@ -124,7 +124,7 @@ def test_plan_on_the_login_node_shows_the_run_and_directory_the_job_will_have_wh
     plan = subprocess.run([sys.executable, "-m", "entrypoint", "plan", "--json", "--job-name", "distrain-mwm",
                            str(script), "--epochs", "3"], capture_output=True, text=True, cwd=tmp_path,
                           env={"PATH": "/usr/bin:/bin", "USER": "u", "HOME": str(tmp_path),
-                               "PYTHONPATH": os.path.dirname(os.path.dirname(runs.__file__))})
+                               "PYTHONPATH": os.path.dirname(os.path.dirname(runs.__file__))}, timeout=300)
     shown = json.loads(plan.stdout)
     assert shown["run_name"] == job.run_name, plan.stdout + plan.stderr
     assert shown["checkpoint_dir"] == str(tmp_path / "distrain-output" / "runs" / job.run_name), shown
