@@ -13,12 +13,11 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
-from . import container_paths, keras_family, runs, slurm, workdirs, world
+from . import container_paths, keras_family, runs, settings, slurm, workdirs, world
 from . import gpus as gpu_files
 from .errors import ConfigError
 from .keras_family import FAMILIES, KerasFamily
 from .settings import flag as _flag
-from .settings import seconds as _seconds
 from .workdirs import WorkDir
 
 COLLECTIVES = ("auto", "ring", "nccl")
@@ -271,18 +270,18 @@ def _timers(env: Mapping[str, str]) -> dict[str, float | int | None]:
     if every < 0:
         raise ConfigError("DISTRAIN_CHECKPOINT_EVERY must be a number of steps >= 0")
     max_restarts = _int(env, "DISTRAIN_MAX_RESTARTS")
-    max_restarts = 3 if max_restarts is None else max_restarts
+    max_restarts = int(settings.BY_NAME["DISTRAIN_MAX_RESTARTS"].default) if max_restarts is None else max_restarts
     if max_restarts < 0:
         raise ConfigError("DISTRAIN_MAX_RESTARTS must be a number of restarts >= 0")
     return {
         "checkpoint_every": every,
-        "checkpoint_minutes": _seconds(env, "DISTRAIN_CHECKPOINT_MINUTES", 30.0),
-        "stop_check_seconds": _seconds(env, "DISTRAIN_STOP_CHECK_SECONDS", 2.0),  # 0: every step
-        "stall_seconds": _seconds(env, "DISTRAIN_STALL_SECONDS", 120.0, minimum=1),
-        "stall_pause_seconds": _seconds(env, "DISTRAIN_STALL_PAUSE_SECONDS", 1800.0, minimum=1),
-        "start_timeout": _seconds(env, "DISTRAIN_START_TIMEOUT", 300.0, minimum=1),
+        "checkpoint_minutes": settings.number(env, "DISTRAIN_CHECKPOINT_MINUTES"),
+        "stop_check_seconds": settings.number(env, "DISTRAIN_STOP_CHECK_SECONDS"),  # 0: every step
+        "stall_seconds": settings.number(env, "DISTRAIN_STALL_SECONDS"),
+        "stall_pause_seconds": settings.number(env, "DISTRAIN_STALL_PAUSE_SECONDS"),
+        "start_timeout": settings.number(env, "DISTRAIN_START_TIMEOUT"),
         "max_restarts": max_restarts,
-        "stop_lead_seconds": _seconds(env, "DISTRAIN_STOP_LEAD", 0.0, minimum=1) or None,
+        "stop_lead_seconds": settings.number(env, "DISTRAIN_STOP_LEAD") or None,  # unset: the job file's lead
     }
 
 
@@ -313,7 +312,7 @@ class LaunchSettings:
 
 
 def launch_settings(env: Mapping[str, str]) -> LaunchSettings:
-    return LaunchSettings(_seconds(env, "DISTRAIN_KILL_WAIT", 30.0), env.get("DISTRAIN_RESUME_COMMAND") or None)
+    return LaunchSettings(settings.number(env, "DISTRAIN_KILL_WAIT"), env.get("DISTRAIN_RESUME_COMMAND") or None)
 
 
 @dataclass(frozen=True)
