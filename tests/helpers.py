@@ -284,3 +284,17 @@ def the_users_own(path: Path) -> Path:
     """`path` (made by root for the test) handed to TEST_USER, the whole tree."""
     subprocess.run(["chown", "-R", f"{TEST_USER}:", str(path)], check=True, timeout=120)
     return path
+
+
+def copy_of_the_checkout(destination: Path) -> Path:
+    """What `git clone` of this checkout brings, as it stands now: the tracked and the untracked files git does not
+    ignore, from the working tree (the account the tests run as cannot clone a repository another user owns without
+    git's safe.directory, and a clone would leave out what is not committed yet)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, check=True, timeout=60).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        source = ROOT / name
+        if source.is_file():
+            (destination / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, destination / name)
+    return destination

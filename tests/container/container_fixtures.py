@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, TEST_USER, account_exists, as_the_user, clean_env, the_users_own
+from helpers import ROOT, TEST_USER, account_exists, as_the_user, clean_env, copy_of_the_checkout, the_users_own
 
 DOCKER = "/usr/bin/docker"
 BASE_TAR = Path(os.environ.get("DISTRAIN_TEST_BASE_TAR", "/var/cache/distrain/test-base-tf2.17.1.tar"))
@@ -28,9 +28,6 @@ APPTAINER_CACHE = Path(os.environ.get("DISTRAIN_TEST_APPTAINER_CACHE", "/var/cac
 SQUASHFS_FOR_TESTS = "-comp lz4"
 USERS_APPTAINER_CACHE = Path(f"/var/cache/distrain/apptainer-{TEST_USER}")  # the account's, kept between sessions
 USERS_PIP_CACHE = Path(f"/var/cache/distrain/pip-{TEST_USER}")
-# what the README's `git clone` brings, copied: the account cannot clone a repository another user owns
-NOT_CLONED = (".git", ".venv", ".venv-tf221", "__pycache__", ".pytest_cache", ".ruff_cache", "build", ".tools",
-              "wheelhouse")
 
 
 def container_env(**extra: str) -> dict[str, str]:
@@ -93,7 +90,7 @@ def sif(docker):
     if not account_exists():
         pytest.skip(f"no account {TEST_USER}: scripts/install.sh makes it")
     work = Path(tempfile.mkdtemp(prefix="distrain-sif-", dir="/var/tmp"))  # the account's, where it can write
-    shutil.copytree(ROOT, work / "distrain", ignore=shutil.ignore_patterns(*NOT_CLONED))
+    copy_of_the_checkout(work / "distrain")
     (work / "elsewhere").mkdir()
     for cache in (USERS_APPTAINER_CACHE, USERS_PIP_CACHE):
         cache.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -15,15 +15,19 @@ import pytest
 
 import slurm_jobs
 from entrypoint import __version__
-from helpers import ROOT, TEST_USER, account_exists, as_the_user, assert_trained_in_sync, the_users_own
+from helpers import (
+    ROOT,
+    TEST_USER,
+    account_exists,
+    as_the_user,
+    assert_trained_in_sync,
+    copy_of_the_checkout,
+    the_users_own,
+)
 from readme_blocks import block
 from slurm_jobs import cancel, submitted, wait_for_text, wait_gone
 
 PIP_CACHE = Path("/var/cache/distrain") / f"pip-{TEST_USER}"  # the account's pip cache, kept between runs
-# what the README's `git clone` brings: the tracked files (copied: the account cannot clone a repository another
-# user owns without git's safe.directory)
-NOT_CLONED = (".git", ".venv", ".venv-tf221", "__pycache__", ".pytest_cache", ".ruff_cache", "build", ".tools",
-              "wheelhouse")
 
 
 def job_log(slurm: str, project: Path, out: subprocess.CompletedProcess, stop_after: str | None = None) -> str:
@@ -47,7 +51,7 @@ def test_a_newcomer_runs_the_readmes_blocks_in_order_as_an_ordinary_user(slurm):
     home = Path(f"~{TEST_USER}").expanduser()
     work = home / f"newcomer-{os.getpid()}-{int(time.time())}"
     distrain = work / "distrain"
-    shutil.copytree(ROOT, distrain, ignore=shutil.ignore_patterns(*NOT_CLONED))
+    copy_of_the_checkout(distrain)
     myproject, unet = work / "myproject", work / "unet"
     for project in (myproject, unet):
         project.mkdir()
