@@ -64,6 +64,7 @@ def test_a_newcomer_runs_the_readmes_blocks_in_order_as_an_ordinary_user(slurm):
     env = {"HOME": str(home), "USER": TEST_USER, "PATH": f"{home}/.local/bin:/usr/local/bin:/usr/bin:/bin",
            "LANG": "C.UTF-8", "DISTRAIN": str(distrain), "SCRATCH": str(work / "scratch"), "SLURM_CONF": slurm,
            "PIP_CACHE_DIR": str(PIP_CACHE), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    shutil.rmtree(home / ".local", ignore_errors=True)  # a newcomer: no distrain command yet (a killed run's)
     try:
         # 1. get distrain: every line as written but the clone (the copy above is it)
         lines = [line for line in block("get-distrain").splitlines() if "git clone " not in line]
