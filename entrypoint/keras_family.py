@@ -53,6 +53,8 @@ class KerasFamily:
     # compat/numpy_orders.py: fit's numpy pipeline draws its epochs' orders in one iterator (tf_keras: epoch k of a
     # fit trains the (k+1)th draw), or a new iterator every epoch (Keras 3: a seeded script's every epoch the first)
     draws_numpy_orders_in_one_iterator: bool
+    # compat/epoch_iterators.py: fit's epochs come from a DataHandler (tf_keras) or an EpochIterator (Keras 3)
+    epochs_come_from_a_data_handler: bool
     # compat/horovod_own_updates.py: where its optimizers apply gradients (`module:Class.method`, those that exist)
     optimizer_updates: tuple[str, ...]
     # compat/horovod_metric_states.py: where fit and evaluate read an epoch's logs from the metric states, once its
@@ -70,6 +72,7 @@ KERAS3 = KerasFamily("keras3", "keras", aliased_as_keras=False, needs_strategy_f
                      keeps_the_first_epochs_length=False, end_weights="end.weights.h5",
                      sums_step_logs_over_workers=False, sums_own_steps_gradients=False,
                      auto_jit_compiles_without_a_strategy=True, draws_numpy_orders_in_one_iterator=False,
+                     epochs_come_from_a_data_handler=False,
                      optimizer_updates=("keras.src.optimizers.base_optimizer:BaseOptimizer.apply",),
                      metric_logs_read="keras.src.trainers.trainer:Trainer._get_metrics_result_or_logs"
                                       "|keras.src.trainers.trainer:BaseTrainer._get_metrics_result_or_logs",
@@ -80,7 +83,7 @@ TF_KERAS = KerasFamily("legacy", "tf_keras", aliased_as_keras=True, needs_strate
                        horovod_keras_api=True, subclasses_backup_and_restore=True, starts_by_skipping_steps=False,
                        keeps_the_first_epochs_length=True, end_weights="end", sums_step_logs_over_workers=True,
                        sums_own_steps_gradients=True, auto_jit_compiles_without_a_strategy=False,
-                       draws_numpy_orders_in_one_iterator=True,
+                       draws_numpy_orders_in_one_iterator=True, epochs_come_from_a_data_handler=True,
                        optimizer_updates=("tf_keras.src.optimizers.optimizer:Optimizer.apply_gradients",
                                           "tf_keras.src.optimizers.legacy.optimizer_v2:OptimizerV2.apply_gradients"),
                        metric_logs_read="tf_keras.src.engine.training:Model._validate_and_get_metrics_result",

@@ -78,7 +78,7 @@ def install_strategy_adoption(engine: Any, plan: Plan, tf: Any) -> None:
     one local worker (outside Slurm TensorFlow's raises). Where distrain started TensorFlow before the script, its
     logical device configuration is skipped (script_devices.py) and its ParameterServerStrategy refused."""
     if plan.mode != "single":
-        script_devices.install(tf, plan.mode)  # distrain started TensorFlow before the script
+        script_devices.install(plan.mode)  # distrain started TensorFlow before the script
         _refuse_parameter_servers(plan, tf)
     if plan.mode == "horovod":
         _adopt_mirrored_under_horovod(plan, tf)

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import EnvironmentProblem
-from . import targets
+from . import registry
 
 DOWNLOAD_WAIT_SECONDS = 3600.0  # how long a rank waits for another's download and extraction into its cache
 POLL_SECONDS = 0.5
@@ -39,29 +39,33 @@ _FETCH_FAILURE = "URL fetch failure on "  # how Keras 3 and tf_keras word a down
 def install(spelled: str, package: str, launch: str) -> bool:
     """Make the family's get_file (KerasFamily.get_file) and every loaded `package` module's reference to it take
     turns per cache; `launch`: what this launch's ranks share and the next launch does not (its record's key)."""
-    found = targets.first(spelled)
-    if found is None:
-        return False
-    owner, attribute, _ = found
-    original = getattr(owner, attribute)
-    if getattr(original, "_distrain_once_per_cache", False):
-        return True
-    signature = inspect.signature(original)
+    replaced: dict[str, Callable] = {}
 
-    @functools.wraps(original)
-    def get_file(*args: Any, **kwargs: Any) -> Any:
-        bound = signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        return once_per_cache(original, bound, launch, package)
+    def taking_turns(original: Callable) -> Callable:
+        signature = inspect.signature(original)
 
-    get_file._distrain_once_per_cache = True  # type: ignore[attr-defined]
+        @functools.wraps(original)
+        def get_file(*args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            return once_per_cache(original, bound, launch, package)
+
+        replaced.update(original=original, replacement=get_file)
+        return get_file
+
+    found = registry.replace(("downloads.keras3_get_file", "downloads.tf_keras_get_file"), spelled, taking_turns)
+    if found is not None and replaced:
+        _rebind_loaders(package, found.attribute, replaced["original"], replaced["replacement"])
+    return found is not None
+
+
+def _rebind_loaders(package: str, attribute: str, original: Callable, replacement: Callable) -> None:
+    """The loaders that imported get_file by name (keras.datasets.mnist) call the replacement too."""
     # patch: downloads.keras3_get_file
     # patch: downloads.tf_keras_get_file
-    setattr(owner, attribute, get_file)
-    for name, module in list(sys.modules.items()):  # the loaders that imported it by name (keras.datasets.mnist)
+    for name, module in list(sys.modules.items()):
         if name.startswith(package) and getattr(module, attribute, None) is original:
-            setattr(module, attribute, get_file)
-    return True
+            setattr(module, attribute, replacement)
 
 
 def once_per_cache(original: Callable, bound: inspect.BoundArguments, launch: str, package: str) -> Any:

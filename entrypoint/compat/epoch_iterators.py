@@ -16,7 +16,7 @@ import importlib
 import inspect
 import re
 
-from ..keras_family import TF_KERAS
+from ..keras_family import FAMILIES
 
 KERAS3_EPOCH_ITERATOR = "keras.src.trainers.epoch_iterator"
 TF_KERAS_DATA_ADAPTER = "tf_keras.src.engine.data_adapter"
@@ -42,7 +42,7 @@ def _source(module: str, qualified: str) -> str:
 @functools.cache
 def made(family: str) -> tuple[int, int]:
     """(iterators made before the first epoch and never read, iterators made each epoch) by `family`'s fit."""
-    if family == TF_KERAS.name:
+    if FAMILIES[family].epochs_come_from_a_data_handler:
         # patch: epoch_iterators.tf_keras
         source = _source(TF_KERAS_DATA_ADAPTER, "DataHandler.enumerate_epochs")
         return (1 if _ONE_BEFORE_THE_EPOCHS.search(source) else 0), 1

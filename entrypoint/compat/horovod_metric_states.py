@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from . import metric_reads, targets
+from . import metric_reads, registry
 
 # the reads to sum next, set by the fit's ReadsOverRanks callback: the epoch's (a read by fit itself) and its
 # validation's (a read by the evaluate fit's validation runs); a read the script makes itself is left alone
@@ -35,29 +35,21 @@ def install(tf: Any, metric_logs_read: str) -> bool:
     none (registry.verify has refused a Keras it does not know)."""
     import horovod.tensorflow as hvd  # its Keras module (tf_keras runs) has no grouped_allreduce
 
-    found = targets.first(metric_logs_read)
-    if found is None:
-        return False
-    owner, attribute, _ = found
-    original = getattr(owner, attribute)
-    if getattr(original, "_distrain_over_ranks", False):
-        return True
+    def over_ranks(original: Callable) -> Callable:
+        @functools.wraps(original)
+        def read_over_ranks(self: Any, logs: Any) -> Any:
+            reader = metric_reads.reader()
+            if _SUM_NEXT.get(reader):
+                _SUM_NEXT[reader] = False
+                _sum_over_ranks(hvd, tf, self, _LEFT_BY_OWN_READ.pop(self, None) if reader == "fit" else None)
+            elif _SUM_NEXT["fit"]:  # the script's own evaluate within an epoch: the states it leaves, whole data's
+                _LEFT_BY_OWN_READ[self] = [tf.identity(v) for v in metric_reads.summable_metric_states(self)]
+            return original(self, logs)
 
-    @functools.wraps(original)
-    def read_over_ranks(self: Any, logs: Any) -> Any:
-        reader = metric_reads.reader()
-        if _SUM_NEXT.get(reader):
-            _SUM_NEXT[reader] = False
-            _sum_over_ranks(hvd, tf, self, _LEFT_BY_OWN_READ.pop(self, None) if reader == "fit" else None)
-        elif _SUM_NEXT["fit"]:  # the script's own evaluate within an epoch: the states it leaves, whole data's
-            _LEFT_BY_OWN_READ[self] = [tf.identity(v) for v in metric_reads.summable_metric_states(self)]
-        return original(self, logs)
+        return read_over_ranks
 
-    read_over_ranks._distrain_over_ranks = True  # type: ignore[attr-defined]
-    # patch: horovod_metric_states.summed_reads
-    # patch: horovod_metric_states.tf_keras_summed_reads
-    setattr(owner, attribute, read_over_ranks)
-    return True
+    return registry.replace(("horovod_metric_states.summed_reads", "horovod_metric_states.tf_keras_summed_reads"),
+                            metric_logs_read, over_ranks) is not None
 
 
 def _sum_over_ranks(hvd: Any, tf: Any, model: Any, left: list | None) -> None:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import EnvironmentProblem
-from . import targets
+from . import registry
 
 
 def averaged(optimizer: Any, is_horovods: Callable[[Any], bool]) -> bool:
@@ -70,16 +70,9 @@ def refusal(ranks: int) -> EnvironmentProblem:
 def install(updates: tuple[str, ...], ranks: int, is_horovods: Callable[[Any], bool]) -> None:
     """Refuse an update by an optimizer whose gradients no one averages over the `ranks` Horovod ranks. `updates`:
     the family's `module:Class.method`s that apply gradients (KerasFamily.optimizer_updates)."""
-    for update in updates:
-        found = targets.first(update)
-        if found is None:
-            continue  # tf_keras without its legacy optimizers
-        owner, method, _ = found
-        original = getattr(owner, method)
-        if not getattr(original, "_distrain_refuses_unaveraged", False):
-            # patch: horovod_own_updates.keras3_optimizers
-            # patch: horovod_own_updates.tf_keras_optimizers
-            setattr(owner, method, _guarded(original, ranks, is_horovods))
+    for update in updates:  # one absent: tf_keras without its legacy optimizers
+        registry.replace(("horovod_own_updates.keras3_optimizers", "horovod_own_updates.tf_keras_optimizers"),
+                         update, lambda original: _guarded(original, ranks, is_horovods))
 
 
 def _guarded(original: Any, ranks: int, is_horovods: Callable[[Any], bool]) -> Any:
@@ -97,8 +90,6 @@ def _guarded(original: Any, ranks: int, is_horovods: Callable[[Any], bool]) -> A
             return original(self, list(zip(grads, [v for _, v in pairs_given])), *args, **kwargs)
         return original(self, averaged_over_ranks(list(first), getattr(self, "name", "optimizer")), *args, **kwargs)
 
-    # patch: horovod_own_updates.keras3_optimizers
-    update._distrain_refuses_unaveraged = True
     return update
 
 

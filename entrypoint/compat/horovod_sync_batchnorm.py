@@ -15,9 +15,11 @@ unchanged").
 from __future__ import annotations
 
 import functools
+import inspect
+from collections.abc import Callable
 from typing import Any
 
-from . import targets
+from . import registry
 
 
 def moments_over_ranks(x: Any, axes: Any, keepdims: bool, mask: Any = None) -> tuple[Any, Any]:
@@ -47,23 +49,16 @@ def moments_over_ranks(x: Any, axes: Any, keepdims: bool, mask: Any = None) -> t
 def install(synchronized_moments: str) -> bool:
     """Make the family's synchronized moments (KerasFamily.synchronized_moments) sum over the Horovod ranks; False
     where this Keras has no such function (registry.verify has refused a Keras it does not know)."""
-    found = targets.first(synchronized_moments)
-    if found is None:
-        return False
-    owner, attribute, is_method = found
-    original = getattr(owner, attribute)
-    if getattr(original, "_distrain_over_ranks", False):
-        return True
-    if is_method:
-        @functools.wraps(original)
-        def replacement(self: Any, x: Any, reduction_axes: Any, keep_dims: bool, mask: Any = None) -> Any:  # noqa: ARG001
-            return moments_over_ranks(x, reduction_axes, keep_dims, mask)
-    else:
-        @functools.wraps(original)
-        def replacement(x: Any, axes: Any, keepdims: bool) -> Any:  # type: ignore[misc]
-            return moments_over_ranks(x, axes, keepdims)
-    replacement._distrain_over_ranks = True  # type: ignore[attr-defined]
-    # patch: horovod_sync_batchnorm.keras3_moments
-    # patch: horovod_sync_batchnorm.tf_keras_moments
-    setattr(owner, attribute, replacement)
-    return True
+    def over_ranks(original: Callable) -> Callable:
+        if inspect.signature(original).parameters.get("self") is not None:  # tf_keras' method
+            @functools.wraps(original)
+            def replacement(self: Any, x: Any, reduction_axes: Any, keep_dims: bool, mask: Any = None) -> Any:  # noqa: ARG001
+                return moments_over_ranks(x, reduction_axes, keep_dims, mask)
+        else:
+            @functools.wraps(original)
+            def replacement(x: Any, axes: Any, keepdims: bool) -> Any:  # type: ignore[misc]
+                return moments_over_ranks(x, axes, keepdims)
+        return replacement
+
+    return registry.replace(("horovod_sync_batchnorm.keras3_moments", "horovod_sync_batchnorm.tf_keras_moments"),
+                            synchronized_moments, over_ranks) is not None

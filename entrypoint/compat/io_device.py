@@ -13,7 +13,7 @@ import functools
 import inspect
 from typing import Any
 
-from . import targets
+from . import registry
 
 OPTIONS = ("tensorflow.python.saved_model.save_options:SaveOptions.__init__",
            "tensorflow.python.saved_model.load_options:LoadOptions.__init__",
@@ -33,15 +33,7 @@ def on_this_worker(tf: Any, device: Any, task: int) -> Any:
 def install(tf: Any, task: int) -> None:
     """Make the three options classes take `/job:localhost` as this worker's job."""
     for spelled in OPTIONS:
-        found = targets.first(spelled)
-        if found is None:
-            continue
-        owner, attribute, _ = found
-        original = getattr(owner, attribute)
-        if getattr(original, "_distrain_this_worker", False):
-            continue
-        # patch: io_device.localhost
-        setattr(owner, attribute, _this_workers(original, tf, task))
+        registry.replace("io_device.localhost", spelled, lambda original: _this_workers(original, tf, task))
 
 
 def _this_workers(original: Any, tf: Any, task: int) -> Any:
@@ -55,6 +47,4 @@ def _this_workers(original: Any, tf: Any, task: int) -> Any:
                                                                        task)
         original(*bound.args, **bound.kwargs)
 
-    # patch: io_device.localhost
-    init._distrain_this_worker = True  # type: ignore[attr-defined]
     return init

@@ -14,10 +14,9 @@ reference objects are made with plain variables here, on every rank alike, in sa
 from __future__ import annotations
 
 import functools
-import importlib
 from typing import Any
 
-from . import adopt
+from . import adopt, registry
 
 SAVING_LIB = "keras.src.saving.saving_lib"
 REFERENCE_BUILDERS = ("get_attr_skiplist", "get_attr_skipset")  # its name in Keras 3.3, in Keras 3.15
@@ -25,15 +24,9 @@ REFERENCE_BUILDERS = ("get_attr_skiplist", "get_attr_skipset")  # its name in Ke
 
 def apply(tf: Any) -> list[str]:
     """Make the reference objects' variables plain; the fixes' names (none where Keras builds no such object)."""
-    # patch: keras3_saving.plain_reference_objects
-    saving_lib = importlib.import_module(SAVING_LIB)
-    applied = []
-    for name in REFERENCE_BUILDERS:
-        builder = getattr(saving_lib, name, None)
-        if builder is not None:
-            setattr(saving_lib, name, _with_plain_variables(builder, tf))
-            applied.append(f"saving's reference objects with plain variables ({name})")
-    return applied
+    return [f"saving's reference objects with plain variables ({name})" for name in REFERENCE_BUILDERS
+            if registry.replace("keras3_saving.plain_reference_objects", f"{SAVING_LIB}:{name}",
+                                lambda builder: _with_plain_variables(builder, tf))]
 
 
 def _with_plain_variables(builder: Any, tf: Any) -> Any:

@@ -15,17 +15,18 @@ from __future__ import annotations
 from typing import Any
 
 from ..log import get as log
+from . import registry
 
 TOO_LATE = "cannot be modified after being initialized"  # TensorFlow's RuntimeError for a configuration too late
-_CALLS = (("config", "set_logical_device_configuration"), ("config.experimental", "set_virtual_device_configuration"))
+_CALLS = ("tensorflow:config.set_logical_device_configuration",
+          "tensorflow:config.experimental.set_virtual_device_configuration")
 
 
-def install(tf: Any, mode: str) -> None:
+def install(mode: str) -> None:
     """Make the script's logical device configuration calls skip, with one line, what TensorFlow no longer takes."""
     warned: list[bool] = []
 
     def skipping(original: Any) -> Any:
-        # patch: script_devices.logical_configuration
         def configure(device: Any, logical_devices: Any) -> None:
             try:
                 return original(device, logical_devices)
@@ -40,14 +41,7 @@ def install(tf: Any, mode: str) -> None:
                                   f"strategy is distrain's; a memory limit in it is not applied)")
                 return None
 
-        configure._distrain_skips_late_configuration = True
         return configure
 
-    # patch: script_devices.logical_configuration
-    for dotted, name in _CALLS:
-        namespace = tf
-        for part in dotted.split("."):
-            namespace = getattr(namespace, part)
-        original = getattr(namespace, name, None)
-        if original is not None and not getattr(original, "_distrain_skips_late_configuration", False):
-            setattr(namespace, name, skipping(original))
+    for spelled in _CALLS:
+        registry.replace("script_devices.logical_configuration", spelled, skipping)

@@ -3,7 +3,8 @@
 The scan reads entrypoint/'s source: an attribute set on anything but `self`, `cls` or distrain's own objects,
 `setattr`/`delattr`/`object.__setattr__`, `sys.modules` and `sys.meta_path` changes, and a private attribute read
 of another object (`x._y`, `getattr(x, "_y")`) must sit in a function that carries `# patch: <entry>`, and every
-marker and entry must name the other."""
+marker and entry must name the other. A `registry.replace("<entry>", ...)` call names its entries itself (the
+one place the replacement is set is registry.replace, which sets only a target its entry declares)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint.compat import registry
+from entrypoint.compat import patches, registry
 
 pytestmark = pytest.mark.unit
 
@@ -92,6 +93,18 @@ def _markers(source: str) -> dict[int, str]:
     return {t.start[0]: m[1] for t in comments if (m := MARKER.search(t.string))}
 
 
+def _replaced(source: str) -> set[str]:
+    """The entries `registry.replace` calls name (a constant, or a tuple of them)."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "registry.replace" and node.args:
+            first = node.args[0]
+            names |= {ast.literal_eval(first)} if isinstance(first, ast.Constant) else set(ast.literal_eval(first)) \
+                if isinstance(first, ast.Tuple) else set()
+            assert names, f"registry.replace's entries must be spelled in the call: {ast.unparse(node)}"
+    return names
+
+
 def _sources() -> list[tuple[Path, str]]:
     return [(p, p.read_text()) for p in sorted(PACKAGE.rglob("*.py")) if p.name != "registry.py"]
 
@@ -137,11 +150,34 @@ def own(self, progress):
 
 
 def test_every_marker_names_an_entry_and_every_entry_is_marked_where_it_is_made():
-    marked = {(path.name, name) for path, source in _sources() for name in _markers(source).values()}
+    marked = {(path.name, name) for path, source in _sources()
+              for name in [*_markers(source).values(), *_replaced(source)]}
     unknown = sorted(name for _, name in marked if name not in registry.BY_NAME)
     assert not unknown, f"markers without a registry entry: {unknown}"
     unmarked = sorted(set(registry.BY_NAME) - {name for _, name in marked})
     assert not unmarked, f"registry entries no code marks: {unmarked}"
+
+
+def test_every_private_name_a_marked_function_reads_is_among_its_entries_targets():
+    """What is read is what the registry checks: `x._y` under `# patch: e` needs `_y` among e's targets (an
+    instance's attribute spelled `module:Class()._y`, checked against the class's own code)."""
+    undeclared_reads = []
+    for path, source in _sources():
+        tree, markers = ast.parse(source), _markers(source)
+        scopes = _scopes(tree)
+        for node in _flagged(tree):
+            name = node.attr if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) else \
+                node.args[1].value if isinstance(node, ast.Call) and ast.unparse(node.func) in ("getattr", "hasattr") \
+                and isinstance(node.args[1], ast.Constant) else None
+            if not name or not _private(str(name)):
+                continue
+            inside = [s for s in scopes if s[0] <= node.lineno <= s[1]]
+            first, last = max(inside) if inside else (node.lineno - 1, node.lineno)
+            entries = [entry for line, entry in markers.items() if first <= line <= last and entry in registry.BY_NAME]
+            declared = " ".join(t for entry in entries for t in registry.BY_NAME[entry].targets)
+            if entries and not re.search(rf"[.:(]{re.escape(name)}\b", declared):
+                undeclared_reads.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {name} ({entries})")
+    assert not undeclared_reads, "add these to their entries' targets:\n" + "\n".join(undeclared_reads)
 
 
 def test_every_entry_says_what_why_how_long_and_which_versions():
@@ -183,8 +219,23 @@ def test_alternatives_and_optional_targets(library):
     assert "not (self, x)" in registry._check_one("fake_lib:Trainer.step(self,x)?", "keras3")
 
 
+def test_replace_sets_a_declared_target_once_and_refuses_an_undeclared_one(library, monkeypatch):
+    entry = patches._p("test.reduce", "a test's patch", "wraps", "process", "a test",
+                       ("fake_lib:Gone.reduce|fake_lib:reduce(values,strategy)",), "keras")
+    monkeypatch.setitem(registry.BY_NAME, "test.reduce", entry)
+    original = library.reduce
+    found = registry.replace("test.reduce", "fake_lib:reduce", lambda f: lambda values, strategy: ("wrapped", f))
+    assert found is not None and library.reduce(1, 2) == ("wrapped", original)
+    registry.replace("test.reduce", "fake_lib:reduce", lambda f: lambda values, strategy: ("twice", f))
+    assert library.reduce(1, 2) == ("wrapped", original)  # once a process
+    assert registry.replace("test.reduce", "fake_lib:Gone.reduce", lambda f: f) is None  # absent here
+    with pytest.raises(AssertionError, match="among the targets of none"):
+        registry.replace("test.reduce", "fake_lib:Trainer.step", lambda f: f)
+    assert library.Trainer.step(None, 1, 2) == (1, 2)
+
+
 def test_a_run_whose_target_moved_is_refused_in_one_line_naming_the_library(library, monkeypatch):
-    moved = registry._p("test.moved", "a test's patch", "wraps", "process", "a test", ("fake_lib:Trainer.fit",),
+    moved = patches._p("test.moved", "a test's patch", "wraps", "process", "a test", ("fake_lib:Trainer.fit",),
                         "horovod")
     monkeypatch.setattr(registry, "PATCHES", (*registry.PATCHES, moved))
     monkeypatch.setattr(registry, "library_version", lambda library: "9.9")
