@@ -10,6 +10,8 @@ from pathlib import Path
 from helpers import ROOT, clean_env, run
 
 SCRIPT = ROOT / "tests" / "conformance" / "scripts" / "keras_surface.py"
+# every scenario of the script, in its order (read from its source: importing it imports TensorFlow)
+SCENARIOS = tuple(re.findall(r"^@scenario\ndef (\w+)", SCRIPT.read_text(), re.MULTILINE))
 # a rank's tag (distrain launch's [0/2], mpirun's [1,0]<stdout>:), then the line: mpirun's --tag-output can glue
 # one rank's line onto another's, so lines are found anywhere, a value ending where a tag begins
 LINE = re.compile(r"(?:\[(\d+/\d+|\d+,\d+)\](?:<std\w+>:)? ?)*CONFORM name=(\w+) ((?:\w+=(?:(?!\[\d+,\d+\]<)\S)+ ?)*)")

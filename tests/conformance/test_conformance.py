@@ -2,7 +2,8 @@
 scenarios of scripts/keras_surface.py, all of them in one launch per mode and family, each judged against plain
 `python` on the same global batches (conformance.py): one process bit for bit, several ranks within
 RELATIVE_TOLERANCE, the files each scenario leaves as one process leaves them. The table in tests/README.md says
-what each scenario proves. Keras 3 in every mode; tf_keras under MWM x2 (the mode with its own file rules), and
+what each scenario proves. Keras 3 in every mode; tf_keras under MWM x2 (the mode with its own file rules; CI:
+all but TF_KERAS_MWM_ONLY_IN_FULL), and
 under Horovod x2 the scenarios whose fixes have a tf_keras side (HOROVOD_TF_KERAS_SCENARIOS); the newest
 TensorFlow line (`core`) under MWM x2, where the defects were found: there CORE_SCENARIOS (--full: all of
 them)."""
@@ -11,7 +12,7 @@ import subprocess
 from importlib.metadata import version
 
 import pytest
-from conformance import SCRIPT, judge, plain_python, scenarios
+from conformance import SCENARIOS, SCRIPT, judge, plain_python, scenarios
 
 from helpers import DISTRAIN, FULL_TIER, MPIRUN, ROOT, clean_env, keras_env, run, run_once
 
@@ -54,6 +55,20 @@ CORE_SCENARIOS = ("global_clipnorm", "builtin_callbacks", "save_then_load", "kfo
 # tf_keras under Horovod: the scenarios whose Horovod fixes have a tf_keras side of their own (the metric states'
 # read, the synchronized moments, the train_step's own optimizers: their registry entries per family); --full: all
 HOROVOD_TF_KERAS_SCENARIOS = ("ratio_metrics", "synchronized_batchnorm", "own_optimizers_in_train_step")
+# tf_keras under MWM: every scenario but those whose path through distrain is Keras 3's or the family's own with
+# nothing of distrain's between (the optimizer's clipping and EMA, loss weights, mixed precision, preprocessing,
+# text and timeseries datasets, pandas: Keras' own under tf_keras' own strategy support; the batches they train are
+# the numpy and tf.data ones the others prove); --full: all
+TF_KERAS_MWM_ONLY_IN_FULL = ("learning_rate_loop", "clipnorm", "clipvalue", "global_clipnorm",
+                             "several_inputs_and_outputs", "class_weights", "stop_training_in_a_batch",
+                             "steps_per_execution", "text_directory", "mixed_precision", "preprocessing_adapt",
+                             "timeseries_input", "ema", "gradient_accumulation", "pandas_frame",
+                             "py_dataset_with_workers")
+
+
+def tf_keras_scenarios() -> tuple[str, ...]:
+    """The tf_keras scenarios plain python runs once a session, for both tf_keras launches."""
+    return () if FULL_TIER else tuple(name for name in SCENARIOS if name not in TF_KERAS_MWM_ONLY_IN_FULL)
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -84,9 +99,12 @@ def reference(kept, family: str, names: tuple[str, ...] = ()) -> dict:  # noqa: 
     return results or scenarios((kept_dir / "lines").read_text())[0]
 
 
-def assert_conforms(mode: str, family: str, kept, tmp_path, names: tuple[str, ...] = ()) -> None:  # noqa: ANN001
-    want = reference(kept, family, names)
-    assert set(names) <= set(want), f"no such scenario: {set(names) - set(want)}"
+def assert_conforms(mode: str, family: str, kept, tmp_path, names: tuple[str, ...] = (),  # noqa: ANN001
+                    produced: tuple[str, ...] | None = None) -> None:
+    """`names` (every scenario: ()) judged against plain python's run of `produced` (by default `names`)."""
+    everything = reference(kept, family, names if produced is None else produced)
+    assert set(names) <= set(everything), f"no such scenario: {set(names) - set(everything)}"
+    want = {name: result for name, result in everything.items() if not names or name in names}
     launcher, ranks = LAUNCH[mode]
     out = run([*launcher, str(SCRIPT), str(tmp_path / "out"), "--keras", family, *want], env=keras_env(family),
               timeout=600)
@@ -118,11 +136,12 @@ def test_keras3_under_horovod_has_plain_pythons_numbers_and_files(kept_runs, tmp
 
 
 def test_tf_keras_under_mwm_has_plain_pythons_numbers_and_files(kept_runs, tmp_path):
-    assert_conforms("mwm", "legacy", kept_runs, tmp_path)
+    assert_conforms("mwm", "legacy", kept_runs, tmp_path, tf_keras_scenarios())
 
 
 def test_tf_keras_under_horovod_has_plain_pythons_numbers(kept_runs, tmp_path):
-    assert_conforms("horovod", "legacy", kept_runs, tmp_path, () if FULL_TIER else HOROVOD_TF_KERAS_SCENARIOS)
+    assert_conforms("horovod", "legacy", kept_runs, tmp_path, () if FULL_TIER else HOROVOD_TF_KERAS_SCENARIOS,
+                    produced=tf_keras_scenarios())
 
 
 OWN_DISTRIBUTION = ROOT / "tests" / "conformance" / "scripts" / "own_distribution.py"
