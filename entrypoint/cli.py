@@ -106,7 +106,7 @@ def _resume_note(plan: Plan) -> str | None:
     why = problem(plan.checkpoint_workdir)
     if why:
         return f"checkpoint: not used, {why}"
-    from .runs import chief_dir, describe, newest_checkpoint, resume_point, stage_dir
+    from .runs import chief_dir, newest_checkpoint, resume_point, stage_dir
 
     point = resume_point(plan.checkpoint_dir)
     if point is None:
@@ -115,7 +115,7 @@ def _resume_note(plan: Plan) -> str | None:
     newest = newest_checkpoint(chief_dir(stage_dir(plan.checkpoint_dir, stage)))
     if not plan.resume:
         return f"resume: no, DISTRAIN_RESUME=0 (the checkpoint {newest} will be removed)"
-    at = f" at {describe(**position, stage=stage)}" if position else ""
+    at = f" at {position.describe(stage)}" if position else ""
     which = "the next fit()" if stage == 1 else f"the script's fit number {stage}"
     return f"resume: a checkpoint exists ({newest}); {which} resumes from it{at}"
 

@@ -185,7 +185,7 @@ class RunOfLaunch:
             return "from the start (no checkpoint yet)"
         stage, position = point
         newest = runs.newest_checkpoint(runs.chief_dir(runs.stage_dir(self.state_dir, stage)))
-        at = f" at {runs.describe(**position, stage=stage)}" if position else ""
+        at = f" at {position.describe(stage)}" if position else ""
         written = [os.path.getmtime(p) for p in glob.glob(f"{newest}.*")] if newest else []
         lost = f" (lost: the work since it, {_duration(time.time() - max(written))})" if written else ""
         return f"from the checkpoint{at}{lost}"

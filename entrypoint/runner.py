@@ -200,7 +200,7 @@ class FitCallbacks:
     callbacks: list
     training: steps.TrainingPosition
     backup: checkpoint.Backup | None
-    position: resume.Position | None
+    position: resume.Start | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,7 +233,7 @@ def _compose_callbacks(engine: Engine, keras: Any, tf: Any, stage: Any, stage_nu
         # Keras' own orders of a seeded script (compat/numpy_orders.py); nothing to say of a resume
         position = _position_input(engine, stage, model, arguments, user,
                                    dataclasses.replace(facts, note=lambda line: None))
-    training = steps.TrainingPosition((position.epoch, position.step) if position is not None else None,
+    training = steps.TrainingPosition(position,
                                       position.learnt_length if position is not None else None)
     if position is not None and position.script_input is not None:  # a PyDataset resumed mid-epoch: its epoch's end
         training.epoch_observers.append(position.script_input.epoch_began)
@@ -342,7 +342,7 @@ def _logs_of_the_global_batch(engine: Engine, keras: Any, model: Any, verbose: A
 
 
 def _adapt_input(engine: Engine, keras: Any, model: Any, arguments: dict, user_callbacks: list,
-                 note: Callable[[str], None], position: resume.Position | None,
+                 note: Callable[[str], None], position: resume.Start | None,
                  own_split: tuple[bool, bool]) -> tuple[bool, bool]:
     """Zero-code Horovod's split of the data; whether the ranks' training and validation data now differ."""
     if not _splits_batches_between_ranks(engine, model, user_callbacks):
@@ -376,7 +376,7 @@ def _stage_plan(plan: Any, stage: int) -> Any:
 
 
 def _position_input(engine: Engine, plan: Any, model: Any, arguments: dict, user_callbacks: list,
-                    facts: _InputFacts) -> resume.Position | None:
+                    facts: _InputFacts) -> resume.Start | None:
     """Exact resume's input (resume.py), cut into this rank's shares where zero-code Horovod splits batches."""
     if engine.hvd is not None and engine.size > 1 and not _splits_batches_between_ranks(engine, model,
                                                                                           user_callbacks):

@@ -36,6 +36,23 @@ STOP_COST_FILE = "stop-cost.json"  # what a stop of the run costs, measured (fit
 
 
 @dataclass(frozen=True)
+class Position:
+    """Where a fit is, or where a resume from a checkpoint starts, in the one convention every reader keeps
+    (checkpoint, resume, stop, stall watchdog, `distrain runs`): `epoch` epochs done, so the 0-based epoch in
+    progress; `step` steps of it trained. Recorded beside each checkpoint (`ckpt-N.position`, JSON) with what the
+    input keeps there (resume.Start.to_record)."""
+
+    epoch: int
+    step: int = 0
+
+    def describe(self, stage: int = 1) -> str:
+        """1-based, as the progress bar counts, in the script's fit number `stage` (named from the second on)."""
+        fit = f"fit {stage}, " if stage > 1 else ""
+        return f"{fit}epoch {self.epoch + 1}, step {self.step + 1}" if self.step else \
+            f"{fit}the start of epoch {self.epoch + 1}"
+
+
+@dataclass(frozen=True)
 class RunIdentity:
     name: str  # readable: the script's stem and a digest of the command, or DISTRAIN_RUN
     key: str  # what must match for a resume: the digest of the command, or the DISTRAIN_RUN name
@@ -134,7 +151,7 @@ def stage_dir(run_dir: str, stage: int) -> str:
     return run_dir if stage == 1 else os.path.join(run_dir, f"{STAGE_PREFIX}{stage}")
 
 
-def resume_point(run_dir: str) -> tuple[int, dict | None] | None:
+def resume_point(run_dir: str) -> tuple[int, Position | None] | None:
     """The fit a rerun resumes in (the highest with a checkpoint) and its recorded position, or None."""
     stages = [1] + [int(m[1]) for m in (re.fullmatch(rf"{STAGE_PREFIX}(\d+)", os.path.basename(d))
                                           for d in glob.glob(os.path.join(run_dir, f"{STAGE_PREFIX}*"))) if m]
@@ -158,16 +175,24 @@ def newest_checkpoint(directory: str) -> str | None:
     return os.path.splitext(max(done, key=checkpoint_number))[0]
 
 
-def read_position(state_dir: str) -> dict | None:
-    """{'epoch': E, 'step': S} of the newest complete checkpoint (E epochs done, S steps into the next), or None
-    when it records none. Read from the checkpoint's own record: one set aside as unreadable takes it along."""
+def read_position(state_dir: str) -> Position | None:
+    """The position of the newest complete checkpoint, or None when it records none. Read from the checkpoint's
+    own record: one set aside as unreadable takes it along."""
+    found = read_checkpoint_record(state_dir)
+    return found[0] if found else None
+
+
+def read_checkpoint_record(state_dir: str) -> tuple[Position, dict] | None:
+    """The newest complete checkpoint's position and what it keeps of the input there (write_position), or None
+    where it records none."""
     prefix = newest_checkpoint(chief_dir(state_dir))
     if prefix is None:
         return None
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         with open(prefix + POSITION_SUFFIX) as handle:
             data = json.load(handle)
-        return {"epoch": int(data["epoch"]), "step": int(data["step"])}
+        kept = {key: value for key, value in data.items() if key not in ("epoch", "step")}
+        return Position(int(data["epoch"]), int(data["step"])), kept
     return None
 
 
@@ -179,20 +204,12 @@ def write_private_json(path: str, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def write_position(checkpoint_prefix: str, epochs_done: int, step: int, input_record: Mapping | None = None) -> None:
+def write_position(checkpoint_prefix: str, position: Position, input_record: Mapping | None = None) -> None:
     """Record beside a checkpoint where a resume from it starts (before the file that marks it complete), and
-    what it keeps of the input there (resume.Position.to_record: an unknown length once learnt, the last batch's
+    what it keeps of the input there (resume.Start.to_record: an unknown length once learnt, the last batch's
     digest)."""
-    write_private_json(checkpoint_prefix + POSITION_SUFFIX, {**(input_record or {}), "epoch": epochs_done,
-                                                              "step": step})
-
-
-def read_input_record(state_dir: str) -> dict:
-    """What the newest checkpoint keeps of the input beside its position (write_position): {} where nothing."""
-    prefix = newest_checkpoint(chief_dir(state_dir))
-    with contextlib.suppress(OSError, ValueError, TypeError), open(f"{prefix}{POSITION_SUFFIX}") as handle:
-        return {key: value for key, value in json.load(handle).items() if key not in ("epoch", "step")}
-    return {}
+    write_private_json(checkpoint_prefix + POSITION_SUFFIX, {**(input_record or {}), "epoch": position.epoch,
+                                                              "step": position.step})
 
 
 def _recorded(state_dir: str) -> dict | None:
@@ -243,7 +260,7 @@ def open_run(state_dir: str, run: RunIdentity, rank: int, command: Sequence[str]
     if position is None:
         return f"resuming run {run.name} from its last checkpoint{' in fit ' + str(stage) if stage > 1 else ''} " \
                f"({state})"
-    return f"resuming run {run.name} at {describe(**position, stage=stage)} ({state})"
+    return f"resuming run {run.name} at {position.describe(stage)} ({state})"
 
 
 def unfinished_alike(state_dir: str, run: RunIdentity, script: str) -> str | None:
@@ -263,15 +280,8 @@ def unfinished_alike(state_dir: str, run: RunIdentity, script: str) -> str | Non
     if not found:
         return None
     _, recorded, (stage, position) = max(found, key=lambda item: item[0])
-    where = describe(**position, stage=stage) if position else "its last checkpoint"
+    where = position.describe(stage) if position else "its last checkpoint"
     arguments = " ".join(recorded["command"][1:]) or "none"
     return (f"run {recorded['name']} of this script with other arguments ({arguments}) stopped unfinished at "
             f"{where}: this is a new run; to continue that one with these arguments, set "
             f"DISTRAIN_RUN={recorded['name']}")
-
-
-def describe(epoch: int, step: int, stage: int = 1) -> str:
-    """Where a resume starts, 1-based, from a position (`epoch` epochs done, `step` steps into the next) in the
-    script's fit number `stage` (named from the second on)."""
-    fit = f"fit {stage}, " if stage > 1 else ""
-    return f"{fit}epoch {epoch + 1}, step {step + 1}" if step else f"{fit}the start of epoch {epoch + 1}"

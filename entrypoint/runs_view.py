@@ -112,7 +112,7 @@ def _where(directory: str) -> str:
     if point is None:
         return NO_CHECKPOINT
     stage, position = point
-    return f"at {runs.describe(**position, stage=stage)}" if position else \
+    return f"at {position.describe(stage)}" if position else \
         f"at its last checkpoint{' in fit ' + str(stage) if stage > 1 else ''}"
 
 

@@ -268,6 +268,7 @@ def a_wheel(folder):
 # An ordinary account (scripts/install.sh makes it, with the subordinate ids `apptainer build --fakeroot` needs):
 # the tests that follow a user without root run their commands as it.
 TEST_USER = os.environ.get("DISTRAIN_TEST_USER", "distrain-user")
+USERS_PIP_CACHE = Path(f"/var/cache/distrain/pip-{TEST_USER}")  # the account's pip cache, kept between runs
 
 
 def account_exists() -> bool:

@@ -43,8 +43,8 @@ class BackupHooks:
     position: TrainingPosition
     stop_for_rerun: Callable[[str], NoReturn]
     expected: Any = None
-    before_write: Callable[[tuple[int, int]], None] | None = None
-    after_restore: Callable[[tuple[int, int]], None] | None = None
+    before_write: Callable[[runs.Position], None] | None = None
+    after_restore: Callable[[runs.Position], None] | None = None
     wrote: Callable[[float], None] | None = None  # told how long each write took (stop_cost.py)
 
     @property
@@ -70,6 +70,7 @@ def make_backup_callback(plan: Plan, keras: Any, stage: int, script_callbacks: t
     script's fit number `stage`, whose checkpoints are in plan.checkpoint_dir (runner.py: runs.stage_dir); the
     counters of `script_callbacks` go with every checkpoint (callback_state.py); `hooks`: what the fit hook knows
     when it builds it."""
+        # patch: checkpoint.tf_keras_backup
     if plan.family.subclasses_backup_and_restore:
         logic, base = TfKerasBackup, keras.callbacks.BackupAndRestore
     else:
@@ -91,7 +92,7 @@ class TfKerasBackup:
         self._supported_strategies = (*self._supported_strategies, tf.distribute.OneDeviceStrategy)
         self.plan, self.stage, self.script_callbacks = plan, stage, script_callbacks
         self.chief_dir = runs.chief_dir(plan.checkpoint_dir)
-        self._position, self.written, self._averaged = (0, 0), False, False
+        self._position, self.written, self._averaged = runs.Position(0), False, False
         self._holding, self._held = False, None  # a checkpoint due at an epoch's last step, held for its end
         self.hooks = hooks
         self.logged, self.earlier = callback_state.EpochLogs(), callback_state.EpochLogs()
@@ -112,7 +113,7 @@ class TfKerasBackup:
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         self.logged.add(epoch, logs)
-        self._position, self._averaged = (epoch + 1, 0), True  # sync.py's callback averaged just before
+        self._position, self._averaged = runs.Position(epoch + 1), True  # sync.py's callback averaged just before
         try:
             super().on_epoch_end(epoch, logs)
             if self._held is not None:  # due at the epoch's last step (on_train_batch_end): written now
@@ -130,6 +131,7 @@ class TfKerasBackup:
         # tf_keras assigns the step to its saved-batch variable before every step: an eager op (on a mirrored
         # variable under MWM: 0.4 ms, 4% of a small model's step on two CPU workers) for a value only read
         # back from a checkpoint. Kept as a number here, and assigned in `_backup`, once per checkpoint.
+        # patch: checkpoint.tf_keras_backup
         if hasattr(self._training_state, "_ckpt_saved_batch"):
             self._batch_begun = batch
         else:  # a tf_keras that records it otherwise: leave it as it is
@@ -173,12 +175,13 @@ class TfKerasBackup:
                                           self.chief_dir, self.hooks.wrote)
         if self.written:
             if newest := newest_checkpoint(self.chief_dir):
-                runs.write_position(newest, *self._position, _input_record(self.hooks, self._position))
+                runs.write_position(newest, self._position, _input_record(self.hooks, self._position))
                 callback_state.write(newest, self.script_callbacks, self.logged)
                 _drop_orphan_sidecars(self.chief_dir)
             workdirs.make_tree_private(self.backup_dir)  # TensorFlow writes with the umask: make it 0600/0700
 
     def _restore_guarded(self, begin: Callable[..., Any]) -> None:
+        # patch: checkpoint.tf_keras_backup
         while True:
             try:
                 begin()
@@ -200,9 +203,9 @@ class TfKerasBackup:
         self.logged = self.earlier.copy()
         position = runs.read_position(self.plan.checkpoint_dir)
         if position and self.hooks.exact:
-            _restored_at(self, (position["epoch"], position["step"]))
+            _restored_at(self, position)
         if self.plan.is_chief:
-            at = runs.describe(**position, stage=self.stage) if position else f"the end of epoch {epoch + 1}"
+            at = position.describe(self.stage) if position else f"the end of epoch {epoch + 1}"
             log().info(f"resumed from checkpoint in {self.chief_dir}: training goes on at {at}")
 
     def save_now(self) -> str | None:
@@ -212,13 +215,13 @@ class TfKerasBackup:
         if self.save_freq == "epoch" and not self.hooks.exact:
             # epoch-level resume restarts at saved_epoch + 1: mark the interrupted epoch as not done
             self._training_state._ckpt_saved_epoch.assign(epoch - 1)
-            self._position = (epoch, 0)
+            self._position = runs.Position(epoch)
             self._backup(epoch=epoch - 1)
             where = f"the start of epoch {epoch + 1}, with its partial progress"
         else:
             self._position = position.after()
             self._backup(epoch=epoch, batch=batch)
-            where = runs.describe(*self._position, stage=self.stage)
+            where = self._position.describe(self.stage)
         return where if self.written else None
 
 
@@ -273,15 +276,15 @@ class Keras3Backup:
         self.logged = self.earlier.copy()
         position = runs.read_position(self.plan.checkpoint_dir) if self.hooks.exact else None
         if position:
-            _restored_at(self, (position["epoch"], position["step"]))
+            _restored_at(self, position)
         if self.plan.is_chief:
-            at = runs.describe(**position, stage=self.stage) if position else runs.describe(done, 0, self.stage)
+            at = (position or runs.Position(done)).describe(self.stage)
             log().info(f"resumed from checkpoint in {self.chief_dir}: training goes on at {at}")
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         self.logged.add(epoch, logs)
         if self.save_freq == "epoch":
-            self._save(epoch + 1, averaged=True)  # sync.py's callback averaged just before
+            self._save(runs.Position(epoch + 1), averaged=True)  # sync.py's callback averaged just before
 
     def on_train_end(self, logs: Any = None) -> None:
         self.earlier.put_before(getattr(self.model, "history", None))
@@ -289,11 +292,11 @@ class Keras3Backup:
         if self.plan.is_chief:
             shutil.rmtree(self.chief_dir, ignore_errors=True)
 
-    def _save(self, epochs_done: int, step: int = 0, averaged: bool = False) -> bool:
+    def _save(self, position: runs.Position, averaged: bool = False) -> bool:
         if self.hooks.before_write is not None and not averaged:
-            self.hooks.before_write((epochs_done, step))  # every rank is here: a timed checkpoint, a stop
+            self.hooks.before_write(position)  # every rank is here: a timed checkpoint, a stop
         if self.hooks.exact:
-            epoch_metrics.save(self.plan, (epochs_done, step), self.model)
+            epoch_metrics.save(self.plan, position, self.model)
         if not self.plan.is_chief:
             return True  # the chief reads locally: nothing collective for the others to join
         os.makedirs(self.chief_dir, mode=0o700, exist_ok=True)
@@ -307,10 +310,10 @@ class Keras3Backup:
                 with local_reads_for(self.plan), distrains_own():
                     self.model.save_weights(tmp)
                 os.replace(tmp, prefix + ".weights.h5")
-                runs.write_position(prefix, epochs_done, step, _input_record(self.hooks, (epochs_done, step)))
+                runs.write_position(prefix, position, _input_record(self.hooks, position))
                 callback_state.write(prefix, self.script_callbacks, self.logged)
                 with open(prefix + ".json.tmp", "w") as handle:
-                    json.dump({"epochs_done": epochs_done}, handle)
+                    json.dump({"epochs_done": position.epoch}, handle)
                 os.replace(prefix + ".json.tmp", prefix + ".json")  # last: without it there is no checkpoint
             finally:
                 remove_path(tmp)
@@ -327,9 +330,9 @@ class Keras3Backup:
         position = self.hooks.position
         if self.hooks.exact:
             after = position.after()
-            return runs.describe(*after, stage=self.stage) if self._save(*after) else None
+            return after.describe(self.stage) if self._save(after) else None
         epoch = position.epoch
-        if not self._save(epoch):
+        if not self._save(runs.Position(epoch)):
             return None
         return f"the start of epoch {epoch + 1}, with its partial progress"
 
@@ -350,18 +353,18 @@ class Keras3TimedBackup(Keras3Backup):
         position = self.hooks.position
         if self._due and not position.ends_epoch():
             self._due = False
-            self._save(*position.after()) if self.hooks.exact else self._save(position.epoch)
+            self._save(position.after() if self.hooks.exact else runs.Position(position.epoch))
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         super().on_epoch_end(epoch, logs)
         if self._due:
             self._due = False
-            self._save(epoch + 1, averaged=True)  # sync.py's callback averaged just before
+            self._save(runs.Position(epoch + 1), averaged=True)  # sync.py's callback averaged just before
 
 
-def _input_record(hooks: BackupHooks, position: tuple[int, int]) -> dict | None:
-    """What a checkpoint keeps of the input beside its position (resume.Position.to_record)."""
-    return hooks.expected.to_record(*position) if hooks.exact else None
+def _input_record(hooks: BackupHooks, position: runs.Position) -> dict | None:
+    """What a checkpoint keeps of the input beside its position (resume.Start.to_record)."""
+    return hooks.expected.to_record(position.epoch, position.step) if hooks.exact else None
 
 
 def _epochs_done(prefix: str) -> int:
@@ -370,7 +373,7 @@ def _epochs_done(prefix: str) -> int:
         return int(json.load(handle)["epochs_done"])
 
 
-def _restored_at(backup: Any, position: tuple[int, int]) -> None:
+def _restored_at(backup: Any, position: runs.Position) -> None:
     """Each rank's own state kept at a mid-epoch `position` given back: sync.py's, the epoch's metrics."""
     if backup.hooks.after_restore is not None:
         backup.hooks.after_restore(position)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .. import runs
 from . import rank_state
 
 FOLDER = "metrics"
@@ -32,21 +33,21 @@ def applies(plan: Any) -> bool:
     return bool(plan.checkpoint_dir) and plan.replicas == plan.size
 
 
-def save(plan: Any, position: tuple[int, int], model: Any) -> None:
+def save(plan: Any, position: runs.Position, model: Any) -> None:
     """This rank's metric states at a mid-epoch `position` (every rank calls it, no collective)."""
     import tensorflow as tf
 
-    states = variables(model) if applies(plan) and position[1] > 0 else []
+    states = variables(model) if applies(plan) and position.step > 0 else []
     if states:
         values = rank_state.local_values(states, tf, mwm=plan.replicas > 1 and plan.mode == "mwm")
         rank_state.save(plan.checkpoint_dir, position, plan.rank, plan.size, values, FOLDER)
 
 
-def after_first_step(plan: Any, position: tuple[int, int], model: Any,
+def after_first_step(plan: Any, position: runs.Position, model: Any,
                      say: Callable[[str], None]) -> Callable[[], None] | None:
     """What adds this rank's kept states once the resumed epoch's first step has run (a step observer), or None
     where nothing was kept at `position` for this number of ranks."""
-    if position[1] == 0 or not applies(plan):
+    if position.step == 0 or not applies(plan):
         return None
     kept = rank_state.own(plan.checkpoint_dir, position, plan.rank, plan.size, FOLDER)
     if kept is None:

@@ -13,8 +13,10 @@ from __future__ import annotations
 import glob
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from .. import runs
 
 if TYPE_CHECKING:
     import numpy as np
@@ -28,12 +30,12 @@ def _directory(state_dir: str, folder: str = "ranks") -> str:
     return os.path.join(state_dir, folder)
 
 
-def _path(state_dir: str, position: Sequence[int], rank: int, size: int, folder: str = "ranks") -> str:
-    epoch, step = position
+def _path(state_dir: str, position: runs.Position, rank: int, size: int, folder: str = "ranks") -> str:
+    epoch, step = position.epoch, position.step
     return os.path.join(_directory(state_dir, folder), f"e{epoch}-s{step}.rank{rank}-of{size}.npz")
 
 
-def save(state_dir: str, position: Sequence[int], rank: int, size: int, values: list[np.ndarray],
+def save(state_dir: str, position: runs.Position, rank: int, size: int, values: list[np.ndarray],
          folder: str = "ranks") -> None:
     """Write this rank's values for a checkpoint at `position` (temp + rename, 0600 in a 0700 directory); keep
     this rank's newest KEEP positions. `folder`: what they are (epoch_metrics.py keeps its own)."""
@@ -58,14 +60,14 @@ def _load(path: str) -> list[np.ndarray]:
         return [saved[f"arr_{i}"] for i in range(len(saved.files))]
 
 
-def restore(state_dir: str, position: Sequence[int], rank: int, size: int,
+def restore(state_dir: str, position: runs.Position, rank: int, size: int,
             assign: Callable[[list[np.ndarray]], None]) -> str | None:
     """Give this rank its own values of the checkpoint at `position` (through `assign`), or their average when
     the checkpoint was written by another number of ranks. What was done, in a few words; None where nothing was
     kept at that position (an epoch's end: the state is averaged there)."""
     import numpy as np  # not at import time: distrain's front door runs without numpy
 
-    epoch, step = position
+    epoch, step = position.epoch, position.step
     found: dict[int, dict[int, str]] = {}
     for path in glob.glob(os.path.join(_directory(state_dir), f"e{epoch}-s{step}.rank*-of*.npz")):
         match = _NAME.search(path)
@@ -89,7 +91,7 @@ def remove(state_dir: str, rank: int, folder: str = "ranks") -> None:
         os.unlink(path)
 
 
-def own(state_dir: str, position: Sequence[int], rank: int, size: int, folder: str) -> list[np.ndarray] | None:
+def own(state_dir: str, position: runs.Position, rank: int, size: int, folder: str) -> list[np.ndarray] | None:
     """This rank's own values kept at `position` by as many ranks, or None."""
     path = _path(state_dir, position, rank, size, folder)
     return _load(path) if os.path.exists(path) else None

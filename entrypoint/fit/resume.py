@@ -44,9 +44,9 @@ _UNKNOWN = -2  # tf.data.UNKNOWN_CARDINALITY
 
 
 @dataclass(frozen=True)
-class Position:
-    epoch: int  # 0-based: the epoch in progress
-    step: int  # steps of it already trained
+class Start(runs.Position):
+    """Where a fit starts (runs.Position: epochs done, steps of the next trained) and what its input is there."""
+
     rank_share: bool = False  # the input is already this rank's share of each batch (batches.adapt_fit_arguments)
     script_dataset: Any = None  # the script's own tf.data dataset, where it was positioned: Keras 3's build reads it
     epoch_length: int | None = None  # a dataset of unknown length: its epochs' length, where a checkpoint has it
@@ -62,17 +62,17 @@ class Position:
         return {key: value for key, value in record.items() if value}
 
 
-def saved_position(checkpoint_dir: str) -> Position | None:
-    found = runs.read_position(checkpoint_dir)
+def saved_position(checkpoint_dir: str) -> Start | None:
+    found = runs.read_checkpoint_record(checkpoint_dir)
     if not found:
         return None
-    kept = runs.read_input_record(checkpoint_dir)
-    return Position(found["epoch"], found["step"], epoch_length=kept.get("epoch_length"),
-                    last_batch=kept.get("last_batch"))
+    position, kept = found
+    return Start(position.epoch, position.step, epoch_length=kept.get("epoch_length"),
+                 last_batch=kept.get("last_batch"))
 
 
 def position_input(arguments: dict, *, family: KerasFamily, checkpoint_dir: str | None, rank: int, size: int,
-                   replicas: int, note: Callable[[str], None], evened: batches.EvenedInputs) -> Position | None:
+                   replicas: int, note: Callable[[str], None], evened: batches.EvenedInputs) -> Start | None:
     """Rewrite fit's bound arguments so that the input is positioned (see the module doc); the position this fit
     starts at, or None (said through `note`) when the input cannot be positioned. rank/size: this rank's share of
     every global batch (zero-code Horovod), else 0/1; replicas: how many replicas each global batch feeds;
@@ -85,7 +85,7 @@ def position_input(arguments: dict, *, family: KerasFamily, checkpoint_dir: str 
         note(f"{why_not}: a stop resumes at the start of the interrupted epoch, with its partial progress")
         return None
     epochs = int(arguments.get("epochs") or 1)
-    start = saved or Position(int(arguments.get("initial_epoch") or 0), 0)
+    start = saved or Start(int(arguments.get("initial_epoch") or 0), 0)
     x = arguments["x"]
     arrays = None if array_input.is_dataset(x) or _is_script_batches(x) else batches.take_validation_split(arguments)
     steps = _steps_per_epoch(arguments, arrays, start)
@@ -103,7 +103,7 @@ def position_input(arguments: dict, *, family: KerasFamily, checkpoint_dir: str 
     elif array_input.is_dataset(x) and arguments.get("steps_per_epoch"):  # an endless stream
         dataset, rank_share = _positioned_stream(x, position, first_epoch, steps, rank, size, replicas, note)
     elif array_input.is_dataset(x) and int(x.cardinality()) == _UNKNOWN:
-        in_later_epoch = position.epoch > int(arguments.get("initial_epoch") or 0)
+        in_later_epoch = position.epoch > first_epoch
         steps, position, dataset, rank_share = _positioned_unknown_length(x, position, family, in_later_epoch,
                                                                           epochs, rank, size, replicas, note)
     elif array_input.is_dataset(x):
@@ -161,7 +161,7 @@ def _input_shape(x: Any) -> tuple | None:
     return (None, *shape[1:]) if shape is not None and len(shape) > 0 else None
 
 
-def _steps_per_epoch(arguments: dict, arrays: Any, start: Position) -> int | None:
+def _steps_per_epoch(arguments: dict, arrays: Any, start: Start) -> int | None:
     """Fit's steps per epoch for this input; None where its length is unknown and no checkpoint records it."""
     x = arguments["x"]
     if arrays is not None:
@@ -174,7 +174,7 @@ def _steps_per_epoch(arguments: dict, arrays: Any, start: Position) -> int | Non
     return start.epoch_length if length == _UNKNOWN else length
 
 
-def _within(position: Position, steps: int | None, epochs: int) -> Position:
+def _within(position: Start, steps: int | None, epochs: int) -> Start:
     """The position as the start of the next epoch where it is at its epoch's end, and at the fit's end (epoch
     `epochs`, step 0) where nothing is left to train. A fit resumed there trains no epoch: one with no step left
     to run would fail in Keras 3.3 (`'NoneType' object is not iterable`) and tf_keras (`Empty logs`)."""
@@ -185,7 +185,7 @@ def _within(position: Position, steps: int | None, epochs: int) -> Position:
     return position
 
 
-def _positioned_dataset(dataset: Any, position: Position, epochs: int, rank: int, size: int, replicas: int,
+def _positioned_dataset(dataset: Any, position: Start, epochs: int, rank: int, size: int, replicas: int,
                         note: Callable[[str], None], made: tuple[int, int] = (0, 1),
                         first_epoch: int = 0) -> tuple[Any, bool]:
     """The script's dataset, one epoch after the other from `position` on, and whether it is this rank's share of
@@ -238,9 +238,9 @@ def _epochs_drawn(first: Any, per_epoch: Any, epochs: int, draws: int) -> Any:
     return drawn(first, 1).concatenate(drawn(per_epoch, epochs - 1))
 
 
-def _positioned_unknown_length(dataset: Any, position: Position, family: KerasFamily, in_later_epoch: bool,
+def _positioned_unknown_length(dataset: Any, position: Start, family: KerasFamily, in_later_epoch: bool,
                                epochs: int, rank: int, size: int, replicas: int,
-                               note: Callable[[str], None]) -> tuple[int | None, Position, Any, bool]:
+                               note: Callable[[str], None]) -> tuple[int | None, Start, Any, bool]:
     """A dataset of unknown length (unknown_length.py): fit's steps_per_epoch (None: Keras ends each epoch where
     its data ends), the position, the dataset and whether it is this rank's share of each batch. tf_keras reads
     past the end of its fit's first epoch only: resumed in a later epoch (`in_later_epoch`), where the run never
@@ -258,7 +258,7 @@ def _positioned_unknown_length(dataset: Any, position: Position, family: KerasFa
     return None, dataclasses.replace(position, learnt_length=length), positioned, rank_share
 
 
-def _positioned_stream(dataset: Any, position: Position, first_epoch: int, steps_per_epoch: int, rank: int,
+def _positioned_stream(dataset: Any, position: Start, first_epoch: int, steps_per_epoch: int, rank: int,
                        size: int, replicas: int, note: Callable[[str], None]) -> tuple[Any, bool]:
     """An endless dataset (`shuffle(seed).repeat().batch`, Horovod's and TensorFlow's examples), or one of unknown
     length (`from_generator`), with fit's `steps_per_epoch`: Keras reads it through one iterator for the whole fit

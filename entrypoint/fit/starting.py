@@ -19,7 +19,7 @@ _TF_KERAS_COUNTERS = "_maybe_load_initial_counters_from_ckpt"  # where tf_keras'
 @contextlib.contextmanager
 def starting_at(family: KerasFamily, model: Any, position: Any) -> Iterator[None]:
     """Run the fit inside this so that its first epoch, `position.epoch`, starts at step `position.step`
-    (`position`: a resume.Position, or None where the input is not positioned)."""
+    (`position`: a resume.Start, or None where the input is not positioned)."""
     if position is None:
         yield
         return

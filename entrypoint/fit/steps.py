@@ -23,6 +23,8 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
+from .. import runs
+
 StepObserver = Callable[[], None]
 
 
@@ -38,7 +40,7 @@ class TrainingPosition:
     """Where one fit is (see the module doc), kept here alone; told by the train function (`observed`) and by the
     epoch callback (`make_callback`), which runs before every other callback."""
 
-    def __init__(self, resumed_at: tuple[int, int] | None = None,
+    def __init__(self, resumed_at: runs.Position | None = None,
                  learnt_length: Callable[[], int | None] | None = None) -> None:
         """resumed_at: (epoch, step) a resumed fit starts at; the steps of that epoch before it are counted as
         done, so that a step's index is the same whether the epoch was interrupted or not. learnt_length: the
@@ -74,12 +76,13 @@ class TrainingPosition:
         length = self.epoch_length
         return length is not None and self.batch + 1 >= length
 
-    def after(self) -> tuple[int, int]:
+    def after(self) -> runs.Position:
         """Where a resume starts once the last step ended is done: the next step, or the next epoch's start."""
-        return (self.epoch + 1, 0) if self.ends_epoch() else (self.epoch, self.batch + 1)
+        return runs.Position(self.epoch + 1) if self.ends_epoch() else runs.Position(self.epoch, self.batch + 1)
 
     def epoch_began(self, epoch: int, keras_steps: int | None) -> None:
-        resumed_epoch, resumed_step = self._resumed_at or (-1, 0)
+        resumed = self._resumed_at or runs.Position(-1)
+        resumed_epoch, resumed_step = resumed.epoch, resumed.step
         self.epoch, self._keras_steps = epoch, keras_steps
         self.batch = resumed_step - 1 if epoch == resumed_epoch else -1
         self._resumed_at = None  # later epochs start at their first step

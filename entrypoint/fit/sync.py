@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .. import runs
 from ..compat.keras3_horovod import tf_variables
 from ..log import get as log
 from . import rank_state
@@ -108,7 +109,7 @@ class AverageNonTrainableState:
         if variables:
             self.average(variables)
 
-    def save_own(self, position: tuple[int, int]) -> None:
+    def save_own(self, position: runs.Position) -> None:
         """Before a checkpoint written mid-epoch (checkpoint.py's `before_write`), which every rank reaches:
         the chief's holds its own state, so each rank keeps its own beside it (rank_state.py)."""
         variables = _state(self.model)
@@ -116,7 +117,7 @@ class AverageNonTrainableState:
             rank_state.save(self.plan.checkpoint_dir, position, self.engine.rank, self.engine.size,
                             rank_state.local_values(variables, self.tf, mwm=self.engine.hvd is None))
 
-    def restore_own(self, position: tuple[int, int]) -> None:
+    def restore_own(self, position: runs.Position) -> None:
         """After the checkpoint at `position` was restored (checkpoint.py's `after_restore`)."""
         variables = _state(self.model)
         if not variables or not self.plan.checkpoint_dir:

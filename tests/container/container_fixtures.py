@@ -14,7 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, TEST_USER, account_exists, as_the_user, clean_env, copy_of_the_checkout, the_users_own
+from helpers import (
+    ROOT,
+    TEST_USER,
+    USERS_PIP_CACHE,
+    account_exists,
+    as_the_user,
+    clean_env,
+    copy_of_the_checkout,
+    the_users_own,
+)
 
 DOCKER = "/usr/bin/docker"
 BASE_TAR = Path(os.environ.get("DISTRAIN_TEST_BASE_TAR", "/var/cache/distrain/test-base-tf2.17.1.tar"))
@@ -27,7 +36,6 @@ APPTAINER_CACHE = Path(os.environ.get("DISTRAIN_TEST_APPTAINER_CACHE", "/var/cac
 # Apptainer's own setting (build --mksquashfs-args, from the environment): the image files are built unchanged.
 SQUASHFS_FOR_TESTS = "-comp lz4"
 USERS_APPTAINER_CACHE = Path(f"/var/cache/distrain/apptainer-{TEST_USER}")  # the account's, kept between sessions
-USERS_PIP_CACHE = Path(f"/var/cache/distrain/pip-{TEST_USER}")
 
 
 def container_env(**extra: str) -> dict[str, str]:

@@ -18,6 +18,7 @@ from entrypoint import __version__
 from helpers import (
     ROOT,
     TEST_USER,
+    USERS_PIP_CACHE,
     account_exists,
     as_the_user,
     assert_trained_in_sync,
@@ -26,8 +27,6 @@ from helpers import (
 )
 from readme_blocks import block
 from slurm_jobs import cancel, submitted, wait_for_text, wait_gone
-
-PIP_CACHE = Path("/var/cache/distrain") / f"pip-{TEST_USER}"  # the account's pip cache, kept between runs
 
 
 def job_log(slurm: str, project: Path, out: subprocess.CompletedProcess, stop_after: str | None = None) -> str:
@@ -58,12 +57,12 @@ def test_a_newcomer_runs_the_readmes_blocks_in_order_as_an_ordinary_user(slurm):
         shutil.copy(ROOT / "examples" / "train.py", project / "train.py")
     slurm_jobs.with_the_labs_package(unet)  # its requirements.txt: the lab's wheel, no index (rasterio's place)
     (work / "scratch" / "tiles").mkdir(parents=True)  # the worked example's data directory
-    PIP_CACHE.mkdir(parents=True, exist_ok=True)
-    the_users_own(PIP_CACHE)
+    USERS_PIP_CACHE.mkdir(parents=True, exist_ok=True)
+    the_users_own(USERS_PIP_CACHE)
     the_users_own(work)
     env = {"HOME": str(home), "USER": TEST_USER, "PATH": f"{home}/.local/bin:/usr/local/bin:/usr/bin:/bin",
            "LANG": "C.UTF-8", "DISTRAIN": str(distrain), "SCRATCH": str(work / "scratch"), "SLURM_CONF": slurm,
-           "PIP_CACHE_DIR": str(PIP_CACHE), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+           "USERS_PIP_CACHE_DIR": str(USERS_PIP_CACHE), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     shutil.rmtree(home / ".local", ignore_errors=True)  # a newcomer: no distrain command yet (a killed run's)
     try:
         # 1. get distrain: every line as written but the clone (the copy above is it)

@@ -56,7 +56,7 @@ def test_open_run_says_new_then_resuming_at_the_recorded_position(tmp_path):
     chief = tmp_path / "chief"
     chief.mkdir()
     (chief / "ckpt-3.json").write_text("{}")
-    runs.write_position(str(chief / "ckpt-3"), 2, 5)
+    runs.write_position(str(chief / "ckpt-3"), runs.Position(2, 5))
     line = runs.open_run(str(tmp_path), identity(), 0, ["train.py"], True, False)
     assert line.startswith("resuming run a at epoch 3, step 6")  # 5 steps of epoch 3 done
 
@@ -68,8 +68,8 @@ def test_a_rerun_resumes_in_the_latest_fit_with_a_checkpoint_and_says_which(tmp_
     second = Path(runs.stage_dir(str(tmp_path), 2)) / "chief"
     second.mkdir(parents=True)
     (second / "ckpt-1.json").write_text("{}")
-    runs.write_position(str(second / "ckpt-1"), 1, 2)
-    assert runs.resume_point(str(tmp_path)) == (2, {"epoch": 1, "step": 2})
+    runs.write_position(str(second / "ckpt-1"), runs.Position(1, 2))
+    assert runs.resume_point(str(tmp_path)) == (2, runs.Position(1, 2))
     line = runs.open_run(str(tmp_path), identity(), 0, ["train.py"], True, False)
     assert line.startswith("resuming run a at fit 2, epoch 2, step 3 ")
     line = runs.open_run(str(tmp_path), identity(), 0, ["train.py"], False, False)
@@ -81,12 +81,14 @@ def test_the_position_is_the_newest_complete_checkpoints_own(tmp_path):
     chief.mkdir()
     for number, epoch, step, length in ((9, 1, 4, None), (10, 2, 0, 7)):
         (chief / f"ckpt-{number}.index").write_text("")
-        runs.write_position(str(chief / f"ckpt-{number}"), epoch, step, {"epoch_length": length} if length else None)
-    assert runs.read_position(str(tmp_path)) == {"epoch": 2, "step": 0}  # 10 > 9: by number, not by name
-    assert runs.read_input_record(str(tmp_path)) == {"epoch_length": 7}  # unknown length: its epochs', once learnt
+        runs.write_position(str(chief / f"ckpt-{number}"), runs.Position(epoch, step),
+                            {"epoch_length": length} if length else None)
+    assert runs.read_position(str(tmp_path)) == runs.Position(2, 0)  # 10 > 9: by number, not by name
+    # unknown length: its epochs', once learnt
+    assert runs.read_checkpoint_record(str(tmp_path))[1] == {"epoch_length": 7}
     (chief / "ckpt-10.index").rename(chief / "ckpt-10.index.corrupt")  # set aside as unreadable
-    assert runs.read_position(str(tmp_path)) == {"epoch": 1, "step": 4}
-    assert runs.read_input_record(str(tmp_path)) == {}
+    assert runs.read_position(str(tmp_path)) == runs.Position(1, 4)
+    assert runs.read_checkpoint_record(str(tmp_path))[1] == {}
     (chief / "ckpt-11.json").write_text("{}")  # complete, but written without a position
     assert runs.read_position(str(tmp_path)) is None
 
@@ -177,7 +179,7 @@ def test_a_new_run_names_the_unfinished_run_of_its_script_with_other_arguments_a
     chief = Path(fifty.checkpoint_dir) / "chief"
     chief.mkdir()
     (chief / "ckpt-4.json").write_text("{}")
-    runs.write_position(str(chief / "ckpt-4"), 2, 40)
+    runs.write_position(str(chief / "ckpt-4"), runs.Position(2, 40))
     hundred, hundred_identity, line = opened(["--epochs", "100"])
     assert line.startswith("new run train-") and hundred.checkpoint_dir != fifty.checkpoint_dir
     said = runs.unfinished_alike(hundred.checkpoint_dir, hundred_identity, script)

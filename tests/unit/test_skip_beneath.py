@@ -4,7 +4,7 @@ the skip above it, and says so."""
 
 import pytest
 
-from entrypoint.fit.resume import Position, _positioned_dataset
+from entrypoint.fit.resume import Start, _positioned_dataset
 from entrypoint.fit.skip_beneath import skip_batches
 
 
@@ -71,8 +71,8 @@ def test_a_resumed_epoch_of_a_reshuffled_dataset_is_the_run_never_stopped(tf):
     def pipeline():
         return tf.data.Dataset.range(20).shuffle(20, seed=5).map(expensive).batch(6)  # 4 batches: 6, 6, 6, 2
 
-    whole, _ = _positioned_dataset(pipeline(), Position(0, 0), 3, 0, 1, 1, note=print)
+    whole, _ = _positioned_dataset(pipeline(), Start(0, 0), 3, 0, 1, 1, note=print)
     notes = []
-    resumed, _ = _positioned_dataset(pipeline(), Position(1, 2), 3, 0, 1, 1, note=notes.append)
+    resumed, _ = _positioned_dataset(pipeline(), Start(1, 2), 3, 0, 1, 1, note=notes.append)
     assert values(resumed) == values(whole)[4 + 2:]  # epoch 2 from its third batch, then epoch 3: their own orders
     assert notes == []  # nothing made again

@@ -7,6 +7,7 @@ import importlib
 import numpy as np
 import pytest
 
+from entrypoint import runs
 from entrypoint.fit import stalls, steps, stopping
 from entrypoint.plan import detect
 
@@ -28,11 +29,12 @@ def test_each_call_ends_at_the_last_batch_it_ran():
     for _ in range(4):
         position.call_ended()
     assert seen == [2, 5, 8, 9]  # the epoch's last call runs the one step left
-    assert (position.steps, position.calls, position.ends_epoch(), position.after()) == (10, 4, True, (1, 0))
+    assert (position.steps, position.calls, position.ends_epoch(), position.after()) == \
+        (10, 4, True, runs.Position(1, 0))
     position.epoch_began(1, None)  # unknown length: nothing to cap at
     position.call_ended()
     assert seen[-1] == 2
-    assert (position.ends_epoch(), position.after()) == (False, (1, 3))
+    assert (position.ends_epoch(), position.after()) == (False, runs.Position(1, 3))
 
 
 def test_an_epoch_of_unknown_length_ends_where_its_learnt_length_says():
@@ -43,18 +45,18 @@ def test_an_epoch_of_unknown_length_ends_where_its_learnt_length_says():
     position.epoch_began(0, None)
     for _ in range(7):
         position.call_ended()
-    assert not position.ends_epoch() and position.after() == (0, 7)  # not known yet: mid-epoch
+    assert not position.ends_epoch() and position.after() == runs.Position(0, 7)  # not known yet: mid-epoch
     learnt[0] = 7
     position.epoch_began(1, None)
     for _ in range(7):
         position.call_ended()
-    assert position.ends_epoch() and position.after() == (2, 0)
+    assert position.ends_epoch() and position.after() == runs.Position(2, 0)
 
 
 def test_a_resumed_epoch_counts_its_steps_from_where_it_resumed():
     """A fit resumed at epoch 3, step 4 runs that epoch's steps 4..: a second stop in it must say so (before
     stop 64 it counted from 0, and a second stop in the same epoch recorded a position before the first's)."""
-    position = steps.TrainingPosition(resumed_at=(3, 4))
+    position = steps.TrainingPosition(resumed_at=runs.Position(3, 4))
     seen = watching(position)
     position.epoch_began(3, 10)
     position.call_ended()
