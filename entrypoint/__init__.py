@@ -85,10 +85,7 @@ def shard(dataset: Any) -> Any:
     MWM and mirrored auto-shard datasets passed to fit, so this is a no-op there; Horovod (and a custom loop
     under MWM that does not distribute the dataset) needs an explicit shard by rank.
     """
-    engine = _engine()
-    if engine.hvd is not None and engine.size > 1:
-        return dataset.shard(engine.size, engine.rank)
-    return dataset
+    return _engine().shard(dataset)
 
 
 def save(model: Any, path: str | os.PathLike, **kwargs: Any) -> None:
@@ -107,25 +104,10 @@ def distributed_tape(tape: Any) -> Any:
     variables once (`dt.broadcast_variables(model.variables)`). Other modes return the tape unchanged (the
     strategy aggregates gradients itself).
     """
-    engine = _engine()
-    if engine.hvd is None:
-        return tape
-    import horovod.tensorflow as hvd_tf
-
-    from .compat import horovod_own_updates
-    from .compat.keras3_horovod import TapeOverTFVariables
-
-    horovod_own_updates.the_scripts_tapes_average()
-    return TapeOverTFVariables(hvd_tf.DistributedGradientTape(tape))
+    return _engine().distributed_tape(tape)
 
 
 def broadcast_variables(variables: Any) -> None:
     """Under Horovod, copy rank 0's values of `variables` to every rank (a no-op elsewhere)."""
-    engine = _engine()
-    if engine.hvd is not None:
-        import horovod.tensorflow as hvd_tf
-
-        from .compat.keras3_horovod import broadcastable
-
-        hvd_tf.broadcast_variables(broadcastable(variables), root_rank=0)
+    _engine().broadcast_variables(variables)
 

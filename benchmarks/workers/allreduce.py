@@ -1,6 +1,6 @@
 """All-reduce time against tensor size, through distrain's engine (MWM or Horovod, whichever the Plan says), and
-under MWM the stop check's CPU per call: distrain's way (stopping.sum_over_ranks) against the public tf.function
-way (stopping.in_graph_sum), in alternating rounds, with a pause between calls as in training.
+under MWM the stop check's CPU per call: distrain's way (StrategyEngine.sum_over_ranks) against the public
+tf.function way (engines/strategy.in_graph_sum), in alternating rounds, with a pause between calls as in training.
 
     distrain launch -n 2 benchmarks/workers/allreduce.py            (MWM, DISTRAIN_COLLECTIVE=ring)
     horovodrun -np 2 --gloo distrain run benchmarks/workers/allreduce.py
@@ -12,7 +12,7 @@ import statistics
 import time
 
 import entrypoint as dt
-from entrypoint.fit import stopping
+from entrypoint.engines import strategy as strategy_engine
 
 # isort: split
 import tensorflow as tf
@@ -31,7 +31,7 @@ if dt.plan().mode == "horovod":
     def reduce_once(tensor):
         return hvd.allreduce(tensor, op=hvd.Sum)
 else:
-    reduce_once = stopping.in_graph_sum(dt.strategy(), tf)  # the strategy's public sum, in a tf.function
+    reduce_once = strategy_engine.in_graph_sum(dt.strategy(), tf)  # the strategy's public sum, in a tf.function
 
 for size in sizes:
     tensor = tf.ones((size,), tf.float32)
@@ -48,8 +48,8 @@ def stop_check_cpu(calls: int, rounds: int = 3) -> dict:
     """Process CPU ms per call (all threads: the collective's work is on TensorFlow's), per way, median of rounds."""
     from entrypoint.runtime import setup
 
-    ours = stopping.sum_over_ranks(dt.plan(), tf, setup())
-    ways = {"distrain": ours, "tf.function": stopping.public_sum_over_ranks(dt.strategy(), tf)}
+    ours = setup().sum_over_ranks()
+    ways = {"distrain": ours, "tf.function": strategy_engine.public_sum_over_ranks(dt.strategy(), tf)}
     per_call: dict[str, list[float]] = {name: [] for name in ways}
     for _ in range(rounds):
         for name, check in ways.items():

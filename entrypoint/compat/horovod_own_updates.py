@@ -1,6 +1,6 @@
-"""Zero-code Horovod averages the gradients of the optimizer a script gives `compile` (runner._adapt_optimizer); an
-optimizer it never compiled would update each rank's variables with that rank's gradients alone: the ranks drift
-apart, silently, and rank 0 saves its own model.
+"""Zero-code Horovod averages the gradients of the optimizer a script gives `compile`
+(HorovodEngine.adapt_optimizer); an optimizer it never compiled would update each rank's variables with that
+rank's gradients alone: the ranks drift apart, silently, and rank 0 saves its own model.
 
 - Within `fit` (a `train_step` with optimizers of its own, as the Keras GAN guide's two, or a distillation's), each
   such update averages its gradients over the ranks first, as the compiled optimizer's are: each rank's gradient

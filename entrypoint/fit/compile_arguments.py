@@ -26,7 +26,7 @@ def _one_step_per_execution_where_the_loop_fails(engine: Engine, arguments: dict
     (compat/keras3_mwm.py, fix 10): the same numbers, one step a call."""
     steps = arguments.get("steps_per_execution", 1)
     plan = engine.plan
-    if not (isinstance(steps, int) and steps > 1 and plan.mode == "mwm" and engine.size > 1) \
+    if not (isinstance(steps, int) and steps > 1 and engine.steps_loop_meets_collectives()) \
             or plan.family.horovod_keras_api:
         return
     from ..compat import keras3_mwm
@@ -45,12 +45,10 @@ def _xla_where_it_works(engine: Engine, arguments: dict) -> None:
     once. MWM with XLA on GPUs is left to run (`distrain selftest` checks it on the hardware)."""
     plan, jit = engine.plan, arguments.get("jit_compile", "auto")
     gpus = bool(engine.tf.config.list_physical_devices("GPU"))
-    compiles_collectives = not (plan.mode == "horovod" or (plan.mode == "mwm" and not gpus))
-    if engine.size < 2 or jit is False or jit is None or compiles_collectives:
+    why = engine.why_xla_cannot_compile_the_collectives(gpus)
+    if engine.size < 2 or jit is False or jit is None or why is None:
         return
     if jit is True:
-        why = "Horovod's all-reduce has no XLA kernels" if plan.mode == "horovod" else \
-            "TensorFlow's XLA has no collectives on CPUs (b/194942685)"
         raise EnvironmentProblem(f"compile(jit_compile=True) under {plan.mode} with {engine.size} ranks cannot work: "
                                  f"{why}; drop jit_compile (the numbers are the same without XLA)")
     if gpus and plan.family.auto_jit_compiles_without_a_strategy:
@@ -66,7 +64,7 @@ def _no_accumulation_under_a_strategy(engine: Engine, arguments: dict) -> None:
     accumulate as one process does."""
     optimizer = arguments.get("optimizer")
     steps = getattr(optimizer, "gradient_accumulation_steps", None)
-    if engine.plan.mode in ("mwm", "mirrored") and engine.replicas > 1 and steps:
+    if engine.updates_merge_replicas() and steps:
         raise EnvironmentProblem(
             f"gradient_accumulation_steps={steps} under {engine.plan.mode} with {engine.replicas} replicas cannot "
             "work: Keras updates the variables inside a tf.cond, where a strategy's replicas cannot merge (plain "

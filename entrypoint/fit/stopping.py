@@ -225,7 +225,7 @@ def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Backup |
     Placed after every other callback: its epoch end comes last."""
     if plan.elastic:
         return keras.callbacks.Callback()  # no step_ended: nothing is done per step
-    reduce_sum = sum_over_ranks(plan, tf, engine)
+    reduce_sum = engine.sum_over_ranks()
     logic = AgreedStop(plan, reduce_sum, backup, flag, position)
     agreed = plan.size > 1
 
@@ -274,70 +274,3 @@ def _wait_for_chief_checkpoint(plan: Plan, before: int, timeout: float = CHIEF_C
     deadline = time.monotonic() + timeout
     while _newest_number(plan) <= before and time.monotonic() < deadline:
         time.sleep(0.1)
-
-
-def sum_over_ranks(plan: Plan, tf: Any, engine: Any) -> Any:
-    """A function summing a short list of floats over all ranks: the stop check's collective."""
-    if plan.size == 1:
-        return lambda values: values
-    if engine.hvd is not None:
-        hvd = engine.hvd
-
-        def horovod_sum(values: list[float]) -> list[float]:
-            total = hvd.allreduce(tf.constant(values, tf.float32), op=hvd.Sum, name="distrain_stop_check")
-            return [float(v) for v in total.numpy()]
-
-        return horovod_sum
-    launcher = _one_device_launcher(engine.strategy)
-    if launcher is not None:
-        # the options the public way would merge in: the strategy's, which adopting a script's own may have replaced
-        # patch: stopping.strategy_launchers
-        options = getattr(engine.strategy.extended, "_communication_options", None)
-
-        def eager_sum(values: list[float]) -> list[float]:
-            total = launcher.all_reduce(tf.constant(values, tf.float32), options=options)
-            return [float(v) for v in total.numpy()]
-
-        return eager_sum
-    return public_sum_over_ranks(engine.strategy, tf)
-
-
-def public_sum_over_ranks(strategy: Any, tf: Any) -> Any:
-    """The stop check's sum through the strategy's public API (`in_graph_sum`), its result as floats."""
-    in_graph = in_graph_sum(strategy, tf)
-
-    def public_sum(values: list[float]) -> list[float]:
-        return [float(v) for v in in_graph(tf.constant(values, tf.float32)).numpy()]
-
-    return public_sum
-
-
-def in_graph_sum(strategy: Any, tf: Any) -> Any:
-    """The sum through the strategy's public API, in a tf.function (eager, `strategy.run` costs twice as much).
-    Traced without autograph: there is no Python control flow to convert, and converting it doubled the first
-    check's CPU (38 → 19 ms a worker, #21)."""
-
-    @tf.function(autograph=False)
-    def in_graph(values):  # noqa: ANN001, ANN202
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.identity(values)), axis=None)
-
-    return in_graph
-
-
-def _one_device_launcher(strategy: Any) -> Any:
-    """MWM's own all-reduce launcher (`CollectiveReplicaLauncher`) where a worker has one device, else None.
-
-    Called eagerly, it costs a check 2.3-2.6 ms of a worker's CPU (1.2 on the training thread) against 3.3-3.9
-    (1.9-2.1) through `in_graph_sum`'s tf.function, which resolves its arguments and captures its instance key
-    through a Python callback at every call (benchmarks/workers/allreduce.py --stop-checks, two workers on a 2-vCPU VM;
-    benchmarks/results/comm.json).
-    Its keys come from the strategy's own allocator, one per call as the tf.function's do, so no key is shared
-    with the strategy's own collectives and every rank draws the same one. A private layout of TensorFlow's
-    (tensorflow/python/distribute/cross_device_ops.py, the same on 2.17 and 2.21): where it differs, or a worker
-    has several devices (one launcher each), None, and the check takes the public way."""
-    # patch: stopping.strategy_launchers
-    cross_device_ops = getattr(getattr(strategy, "extended", None), "_cross_device_ops", None)
-    launchers = getattr(cross_device_ops, "_launchers", None)
-    if isinstance(launchers, list) and len(launchers) == 1 and callable(getattr(launchers[0], "all_reduce", None)):
-        return launchers[0]
-    return None

@@ -37,7 +37,7 @@ def make_callback(keras: Any, tf: Any, engine: Any, plan: Any, broadcasts: tuple
     callbacks (distrain's, the script's)."""
     logic = AverageNonTrainableStateUnderHorovod if engine.hvd is not None else AverageNonTrainableState
     callback = type(logic.__name__, (logic, keras.callbacks.Callback), {})  # the Keras family setup chose
-    return callback(tf, engine, plan, _averager(tf, engine), broadcasts)
+    return callback(tf, engine, plan, engine.averager(), broadcasts)
 
 
 def _state(model: Any) -> list:
@@ -49,32 +49,6 @@ def _state(model: Any) -> list:
     except (AttributeError, ValueError):  # not built yet
         return []
     return [v for v in tf_variables(variables) if v.dtype.is_floating]
-
-
-def _averager(tf: Any, engine: Any) -> Callable[[list], None]:
-    """A function that sets each of these variables to its mean over the ranks (all ranks call it together)."""
-    if engine.hvd is not None:
-        import horovod.tensorflow as hvd  # its Keras module (tf_keras runs) has no grouped_allreduce
-
-        def average_over_horovod(variables: list) -> None:
-            values = hvd.grouped_allreduce([tf.identity(v) for v in variables], op=hvd.Average,
-                                           name="distrain_state")
-            for variable, value in zip(variables, values):
-                variable.assign(value)
-
-        return average_over_horovod
-    strategy = engine.strategy
-
-    @tf.function
-    def mean(variables: list) -> Any:
-        local = strategy.run(lambda: [tf.identity(v) for v in variables])
-        return [strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=None) for value in local]
-
-    def average_over_the_strategy(variables: list) -> None:
-        for variable, value in zip(variables, mean(variables)):
-            variable.assign(value)
-
-    return average_over_the_strategy
 
 
 class AverageNonTrainableState:

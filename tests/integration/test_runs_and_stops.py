@@ -39,11 +39,11 @@ def gone(pgid: int) -> bool:
 
 @pytest.mark.core
 def test_the_stop_check_takes_the_strategys_own_all_reduce_launcher():
-    """stopping.sum_over_ranks calls TensorFlow's private launcher layout eagerly (a third cheaper than the public
-    way: benchmarks/run.py comm), and falls back to the public way where the layout changed: this fails the day a
-    TensorFlow line changes it, instead of the stop check growing slower unseen."""
-    code = ("import tensorflow as tf; from entrypoint.fit import stopping; "
-            "launcher = stopping._one_device_launcher(tf.distribute.MultiWorkerMirroredStrategy()); "
+    """StrategyEngine.sum_over_ranks (the stop check's sum) calls TensorFlow's private launcher layout eagerly (a
+    third cheaper than the public way: benchmarks/run.py comm), and falls back to the public way where the layout
+    changed: this fails the day a TensorFlow line changes it, instead of the stop check growing slower unseen."""
+    code = ("import tensorflow as tf; from entrypoint.engines import strategy; "
+            "launcher = strategy.one_device_launcher(tf.distribute.MultiWorkerMirroredStrategy()); "
             "print('SUM', launcher.all_reduce(tf.constant([1.0, 2.0])).numpy().tolist())")
     out = run(["python", "-c", code], env=clean_env(TF_CPP_MIN_LOG_LEVEL="2"))
     assert "SUM [1.0, 2.0]" in out.stdout, out.stdout[-3000:]

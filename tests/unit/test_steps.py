@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from entrypoint import runs
+from entrypoint.engines import Engine
 from entrypoint.fit import stalls, steps, stopping
 from entrypoint.plan import detect
 
@@ -114,7 +115,7 @@ def test_distrains_callbacks_ask_keras_for_no_per_step_work(keras, tmp_path, mon
     model = tiny_model(keras, 1)
     position = steps.TrainingPosition()
     watch = stalls.make_callback(plan, keras, position)
-    stop = stopping.make_callback(plan, keras, None, None, None, stopping.SignalFlag(), position)
+    stop = stopping.make_callback(plan, keras, None, Engine(plan), None, stopping.SignalFlag(), position)
     position.observers = [watch.step_ended, stop.step_ended]
     distrains = [steps.make_callback(keras, position), watch, stop]
 

@@ -5,6 +5,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from entrypoint.engines import Engine
+from entrypoint.engines.horovod import HorovodEngine
+from entrypoint.engines.strategy import StrategyEngine
 from entrypoint.errors import EnvironmentProblem
 from entrypoint.fit.compile_arguments import _xla_where_it_works
 from entrypoint.keras_family import KERAS3, TF_KERAS
@@ -13,9 +16,13 @@ pytestmark = pytest.mark.unit
 
 
 def engine(mode: str, gpus: int, size: int = 2, family=KERAS3):  # noqa: ANN001, ANN201
+    """The mode's engine (engines/) over a stand-in plan, Horovod and tf.config."""
     devices = [SimpleNamespace(device_type="GPU")] * gpus
     tf = SimpleNamespace(config=SimpleNamespace(list_physical_devices=lambda kind=None: devices))
-    return SimpleNamespace(plan=SimpleNamespace(mode=mode, family=family, is_chief=True), size=size, tf=tf)
+    plan = SimpleNamespace(mode=mode, family=family, is_chief=True, size=size, rank=0)
+    hvd = SimpleNamespace(size=lambda: size, rank=lambda: 0) if mode == "horovod" else None
+    kind = {"horovod": HorovodEngine, "mwm": StrategyEngine, "single": Engine}[mode]
+    return kind(plan, hvd=hvd, tf=tf)
 
 
 def compiled(mode: str, gpus: int, jit, **kwargs) -> dict:  # noqa: ANN001
