@@ -50,22 +50,22 @@ class Plan:
     checkpoint_dir: str | None = None
     checkpoint_owned_from: str | None = None  # a default location: checked like ~/.ssh before use (workdirs)
     checkpoint_every: int = 0
-    checkpoint_minutes: float = 30.0  # also checkpoint when this long has passed since the last one (0: off)
+    checkpoint_minutes: float = settings.default("DISTRAIN_CHECKPOINT_MINUTES")  # also after this long (0: off)
     checkpoint_dir_named: bool = False  # DISTRAIN_CHECKPOINT_DIR: the user's own directory
     checkpoint_chosen_by: str = ""  # why there (workdirs.chosen_by): the run's first line says it
     run_name: str | None = None
     run_key: str | None = None  # what a resume must match (runs.identity)
     resume: bool = True
-    stop_check_seconds: float = 2.0  # how often (wall time) the ranks agree on a stop or a timed checkpoint
-    stall_seconds: float = 120.0  # the floor of a steady step's allowance (10 x the median step, at least this)
-    stall_pause_seconds: float = 1800.0  # the allowance of first steps, validation, epoch-end callbacks
+    stop_check_seconds: float = settings.default("DISTRAIN_STOP_CHECK_SECONDS")  # how often the ranks agree
+    stall_seconds: float = settings.default("DISTRAIN_STALL_SECONDS")  # a steady step's allowance's floor
+    stall_pause_seconds: float = settings.default("DISTRAIN_STALL_PAUSE_SECONDS")  # first steps, epoch ends
     stop_lead_seconds: float | None = None  # DISTRAIN_STOP_LEAD: the job's signal lead (fit/stop_cost.py)
     script_uses_horovod_tf: bool = False  # it imports horovod.tensorflow itself (in any mode)
     script_uses_horovod: bool = False  # it imports any of Horovod: it averages itself (compat/horovod_own_updates)
     elastic: bool = False  # Horovod elastic: the script's hvd.elastic.run owns membership, state and recovery
     collective_timeout: float | None = None
-    start_timeout: float = 300.0  # seconds for every MWM worker to join before the start-up watchdog ends it
-    max_restarts: int = 3  # `distrain launch`: restarts from the last checkpoint after a fault (restarts.py)
+    start_timeout: float = settings.default("DISTRAIN_START_TIMEOUT")  # for every MWM worker to join
+    max_restarts: int = int(settings.default("DISTRAIN_MAX_RESTARTS"))  # after a fault (restarts.py)
     verbose: bool = False  # DISTRAIN_VERBOSE=1: keep TensorFlow's and gRPC's C++ INFO lines
     print_plan: bool = False  # DISTRAIN_PRINT_PLAN=1 (the job scripts): the chief logs this Plan at its start
     resume_command: str | None = None  # DISTRAIN_RESUME_COMMAND: what resumes this run (a job's, a launch's)
@@ -270,7 +270,7 @@ def _timers(env: Mapping[str, str]) -> dict[str, float | int | None]:
     if every < 0:
         raise ConfigError("DISTRAIN_CHECKPOINT_EVERY must be a number of steps >= 0")
     max_restarts = _int(env, "DISTRAIN_MAX_RESTARTS")
-    max_restarts = int(settings.BY_NAME["DISTRAIN_MAX_RESTARTS"].default) if max_restarts is None else max_restarts
+    max_restarts = int(settings.default("DISTRAIN_MAX_RESTARTS")) if max_restarts is None else max_restarts
     if max_restarts < 0:
         raise ConfigError("DISTRAIN_MAX_RESTARTS must be a number of restarts >= 0")
     return {

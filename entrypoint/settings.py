@@ -108,6 +108,13 @@ SETTINGS = (
 BY_NAME = {setting.name: setting for setting in SETTINGS}
 
 
+def default(name: str) -> float:
+    """The table's default of a numeric setting (the Plan's field defaults are these)."""
+    value = BY_NAME[name].default
+    assert value is not None, f"{name} has no numeric default in SETTINGS"
+    return value
+
+
 def number(env: Mapping[str, str], name: str) -> float:
     """A numeric setting read by the table's rule: its default unset, at least its minimum (`seconds`)."""
     setting = BY_NAME[name]
