@@ -35,6 +35,9 @@ stop       what a stop costs: SIGTERM to exit 75, and process start to the first
            Horovod x2; the checkpoint's write per MB; back at the stopped step against Keras' own BackupAndRestore
 nodes      8 emulated nodes of a second local Slurm: MWM x8 and Horovod x8 through jobs/*.job, rank 0's start-up
            phases to its first step
+checkpoint-vs-disk  distrain's checkpoint of a 10 MB, 100 MB and 1 GB model against a raw write of the same bytes
+           (numpy, fsync, temp file and rename) in the same directory, alternating: the write's ratio and the
+           training time it blocks, over the raw write
 Side by side (overhead): the two variants run at the same time, each with all its processes on one core,
 then swapped (side_by_side); Horovod's row one after the other, each rank on a core of its own (one_after_other:
 two Horovod ranks on one core make its coordination bistable; `--one-after-other`: every row so). Elsewhere the
@@ -53,22 +56,25 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness import ROOT, compile_as_installed, machine
-from suites import Options, comm, container, nodes, overhead, perstep, scaling, startup, stop
+from suites import Options, checkpoint_vs_disk, comm, container, nodes, overhead, perstep, scaling, startup, stop
 
 SUITES: dict[str, Callable[[Options], dict]] = {
     "overhead": overhead.run, "perstep": perstep.run, "scaling": scaling.run, "startup": startup.run,
     "container": container.run, "comm": comm.run, "stop": stop.run, "nodes": nodes.run,
     "input": lambda options: perstep.input_pipelines(options.reps, options.smoke),  # parts of perstep
     "fit": lambda options: perstep.fit_in_process(options.smoke),
+    "checkpoint-vs-disk": checkpoint_vs_disk.run,
 }
-ALL = ("overhead", "perstep", "scaling", "startup", "container", "comm")  # `all`; stop and nodes run on their own
+# `all`; stop, nodes and checkpoint-vs-disk run on their own
+ALL = ("overhead", "perstep", "scaling", "startup", "container", "comm")
 TARGETS = {"overhead": ">= 0.99 (throughput and CPU ratios)", "startup": "<= 1.05 (time ratio)",
            "perstep": "input ratios >= 0.99; callbacks a small share of a step",
            "input": "every ratio >= 0.99, as the control row",
            "fit": "distrain >= 0.99 of the plain fit; spin 1% (the positive control) about 0.99",
            "container": ">= 0.98 (throughput ratio)",
            "scaling": ">= 1.8 speed-up through distrain; zero-code Horovod within 2% of hand-written",
-           "stop": "resume at 90 % over 10 % <= 1.2 where the skip goes beneath the map"}
+           "stop": "resume at 90 % over 10 % <= 1.2 where the skip goes beneath the map",
+           "checkpoint-vs-disk": "write_ratio <= 1.2, blocked_ratio <= 0.1 (each size and mode)"}
 
 
 def report(name: str, data: dict) -> str:

@@ -16,6 +16,7 @@ import glob
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import time
 from dataclasses import asdict, dataclass
@@ -99,9 +100,11 @@ def describe_stop_cost(cost: dict) -> str:
     """What a stop of this run needs, measured: the rule for a job's --signal lead (README, Reliability)."""
     if "epoch_end_seconds" not in cost and "checkpoint_seconds" not in cost:
         return "not measured yet (after its first epoch)"
-    lead = cost.get("lead_seconds")
+    lead, writes = cost.get("lead_seconds"), cost.get("checkpoint_writes") or []
+    typical = f" (a write {statistics.median(writes[1:]):.2f} s, the first {writes[0]:.2f} s with Keras' " \
+              "warm-up)" if len(writes) > 1 else ""
     return (f"an epoch's end up to {cost.get('epoch_end_seconds', 0):.1f} s (validation, callbacks, checkpoint), "
-            f"a checkpoint up to {cost.get('checkpoint_seconds', 0):.1f} s"
+            f"a checkpoint up to {cost.get('checkpoint_seconds', 0):.1f} s{typical}"
             + (f"; the job's signal lead {lead:.0f} s" if lead else ""))
 # A finished run keeps no checkpoint to resume from (fit/stages.py): its command, run again, trains it again.
 RERUN_OF_FINISHED = "nothing to resume: it finished; its command, run again, trains it again from the start"

@@ -2,7 +2,8 @@
 
 A stop signal (a job's `--signal=B:USR1@120`, `docker stop`) at an epoch's last step waits for that epoch's end:
 validation, the script's epoch-end callbacks, the epoch's checkpoint; elsewhere it costs one checkpoint. Both are
-measured here, the longest of each kept in the run's state (`stop-cost.json`, shown by `distrain runs show`). The
+measured here, the longest of each kept in the run's state (`stop-cost.json`, shown by `distrain runs show`),
+with this attempt's checkpoint writes in order (the first carries Keras' save warm-up; benchmarks read them). The
 rule: the signal lead must exceed the agreement on the stop (DISTRAIN_STOP_CHECK_SECONDS) plus the longest epoch
 end (its checkpoint included). A job declares its lead (DISTRAIN_STOP_LEAD, set by jobs/lib.sh from the job file's
 STOP_LEAD beside its `--signal` line); the chief warns once when the measured cost exceeds it: then the kill comes
@@ -20,6 +21,8 @@ from typing import Any
 from ..runs import STOP_COST_FILE as FILE
 from ..runs import write_private_json
 
+WRITES_KEPT = 64  # checkpoint writes recorded per attempt (the longest is always kept)
+
 
 class StopCost:
     """Told of every step's end (steps.ObservesSteps), every checkpoint write (BackupHooks.wrote) and every epoch's
@@ -32,12 +35,16 @@ class StopCost:
         self.known = read(state_dir) if state_dir else {}  # an earlier attempt's longest: still this run's cost
         self.last_step: float | None = None
         self.warned = False
+        self.writes: list[float] = []  # this attempt's checkpoint writes, seconds, in order (the first WRITES_KEPT)
 
     def step_ended(self) -> None:
         self.last_step = time.monotonic()
 
     def wrote(self, seconds: float) -> None:
-        self._keep("checkpoint_seconds", seconds)
+        if len(self.writes) < WRITES_KEPT:
+            self.writes.append(round(seconds, 4))
+            self.known = {**self.known, "checkpoint_writes": self.writes}
+        self._keep("checkpoint_seconds", seconds, always=len(self.writes) <= WRITES_KEPT)
 
     def epoch_ended(self) -> None:
         if self.last_step is not None:
@@ -45,11 +52,12 @@ class StopCost:
         self.last_step = None
         self._judge()
 
-    def _keep(self, name: str, seconds: float) -> None:
-        if seconds > self.known.get(name, 0.0):
+    def _keep(self, name: str, seconds: float, always: bool = False) -> None:
+        longer = seconds > self.known.get(name, 0.0)
+        if longer:
             self.known = {**self.known, name: round(seconds, 3), "lead_seconds": self.lead}
-            if self.path:
-                write_private_json(self.path, self.known)
+        if (longer or always) and self.path:
+            write_private_json(self.path, self.known)
 
     def _judge(self) -> None:
         epoch_end = self.known.get("epoch_end_seconds", 0.0)

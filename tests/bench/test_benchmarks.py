@@ -82,7 +82,8 @@ def test_benchmarks_smoke_writes_every_ratio(tmp_path):
     assert set(results["comm"]["allreduce_ms_by_elements"]) == {"mwm ring", "horovod gloo", "horovod mpi"}
     check = results["comm"]["stop_check (mwm)"]  # distrain's stop check against the public tf.function way
     assert check["distrain_cpu_ms"] > 0 and check["tf.function_cpu_ms"] > 0 and check["ratio"] > 0, check
-    # TensorFlow's private launcher layout is still the one stopping._one_device_launcher reads (else the public way)
+    # TensorFlow's private launcher layout is still the one engines/strategy.one_device_launcher reads (else the
+    # public way)
     assert check["distrain_way"] == "eager_sum", check
 
 
@@ -141,3 +142,19 @@ def test_stop_cost_smoke_stops_resumes_and_writes_each_cost(tmp_path):
     assert 0 < write["state_mb (small)"] < 2 and 90 < write["state_mb (large)"] < 110, write  # weights, Adam's slots
     keras = rows["against Keras' BackupAndRestore"]
     assert keras["back_s (distrain)"] > 0 and 0 < keras["ratio_min"] <= keras["ratio_max"], keras
+
+
+def test_checkpoint_vs_disk_smoke_writes_each_rows_ratios(tmp_path):
+    """#87's suite in smoke mode (a 1 MB model, one process and MWM x2): each row's write and blocked ratios
+    against the raw write, with their spread and the warm-up apart; no speed asserted."""
+    out = run([sys.executable, "benchmarks/run.py", "checkpoint-vs-disk", "--smoke", "--out", str(tmp_path)],
+              timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:]
+    rows = json.loads((tmp_path / "smoke-checkpoint-vs-disk.json").read_text())["checkpoint-vs-disk"]["rows"]
+    assert [row["name"] for row in rows] == ["1 MB, single", "1 MB, mwm x2"]
+    for row in rows:
+        assert 0.5 < row["size_mb"] < 2 and row["repetitions"] >= 1, row
+        for ratio in ("write_ratio", "blocked_ratio"):
+            spread = row[f"{ratio}_spread"]
+            assert spread["min"] <= row[ratio] <= spread["max"] and math.isfinite(spread["max"]), row
+        assert row["write_ratio"] > 0 and row["raw_ms_per_mb"] > 0 and row["warmup"]["distrain_s"] > 0, row

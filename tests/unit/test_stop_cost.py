@@ -47,3 +47,12 @@ def test_an_epoch_end_longer_than_the_lead_warns_once_and_is_kept_for_the_runs_l
     again = stop_cost.StopCost(str(tmp_path), lead=None, agree_seconds=0.5, warn=warned.append)
     assert again.known["epoch_end_seconds"] == kept["epoch_end_seconds"]  # a resumed attempt knows the run's cost
     assert describe_stop_cost({}) == "not measured yet (after its first epoch)"
+
+
+def test_each_checkpoint_write_is_recorded_and_shown_with_the_first_apart(tmp_path):
+    cost = stop_cost.StopCost(str(tmp_path), lead=None, agree_seconds=0.5, warn=print)
+    for seconds in (0.9, 0.2, 0.3, 0.25):  # the first carries Keras' save warm-up
+        cost.wrote(seconds)
+    kept = stop_cost.read(str(tmp_path))
+    assert kept["checkpoint_writes"] == [0.9, 0.2, 0.3, 0.25] and kept["checkpoint_seconds"] == 0.9
+    assert "(a write 0.25 s, the first 0.90 s with Keras' warm-up)" in describe_stop_cost(kept)

@@ -1,0 +1,66 @@
+"""checkpoint-vs-disk: what distrain's checkpoint costs against the disk's own speed, in one run of this suite:
+
+    .venv/bin/python benchmarks/run.py checkpoint-vs-disk [--reps 5] [--smoke]
+
+For models of about 10 MB, 100 MB and 1 GB (weights and Adam's two slots), one `distrain run` each of
+benchmarks/workers/checkpoint_vs_disk.py: a timed checkpoint every few steps and, after each, the same bytes
+written raw in the same directory (numpy, fsync, temp file and rename), alternating, `reps` times after a first
+pair reported apart (Keras' save warm-up). Per size: `write_ratio`, distrain's write over the raw write (the
+median of the per-repetition ratios, with their lowest and highest); `blocked_ratio`, the training time the
+checkpoint blocked (the pause between the steps around it less the median pause) over the raw write; the
+milliseconds per MB of each. The 100 MB model also under MWM x2 and Horovod x2 (the chief writes; its figures).
+Goal (#87): write_ratio <= 1.2 and blocked_ratio <= 0.1 for each size and mode.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+
+from harness import DISTRAIN, MPIRUN, WORKERS, bench_line
+
+from . import Options
+
+SCRIPT = str(WORKERS / "checkpoint_vs_disk.py")
+SIZES_MB = {"10 MB": 10, "100 MB": 100, "1 GB": 1000}
+MODES = {"single": [DISTRAIN, "run"], "mwm x2": [DISTRAIN, "launch", "-n", "2"],
+         "horovod x2": [*MPIRUN, DISTRAIN, "run"]}
+EVERY = 4  # steps between checkpoints: the pauses between them are the baseline
+
+
+def spread(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def measure(launcher: list[str], mb: float, reps: int) -> dict:
+    """One run of the worker with reps + 1 checkpoints: the first pair apart, then the ratios."""
+    with tempfile.TemporaryDirectory(prefix="distrain-ckptdisk-") as state:
+        found, _ = bench_line([*launcher, SCRIPT, "--mb", str(mb), "--checkpoints", str(reps + 1),
+                               "--every", str(EVERY)], tag="CKPTDISK",
+                              extra_env={"DISTRAIN_CHECKPOINT": "1", "DISTRAIN_OUTPUT_DIR": state,
+                                         "DISTRAIN_CHECKPOINT_EVERY": str(EVERY)})
+    raw, blocked, written = found["raw_s"], found["blocked_s"], found["distrain_s"]
+    pairs = min(len(raw), len(blocked), len(written))
+    if pairs < 2:
+        raise RuntimeError(f"{pairs} checkpoint(s) timed, not {reps + 1}: {found}")
+    write_ratios = [written[i] / raw[i] for i in range(1, pairs)]
+    blocked_ratios = [blocked[i] / raw[i] for i in range(1, pairs)]
+    size = found["state_mb"]
+    return {"size_mb": round(size, 1),
+            "write_ratio": statistics.median(write_ratios), "write_ratio_spread": spread(write_ratios),
+            "blocked_ratio": statistics.median(blocked_ratios), "blocked_ratio_spread": spread(blocked_ratios),
+            "distrain_ms_per_mb": 1e3 * statistics.median(written[1:pairs]) / size,
+            "raw_ms_per_mb": 1e3 * statistics.median(raw[1:pairs]) / size,
+            "warmup": {"distrain_s": written[0], "blocked_s": blocked[0], "raw_s": raw[0]},
+            "step_s": found["step_s"], "pause_s": found["pause_s"], "repetitions": pairs - 1}
+
+
+def run(options: Options) -> dict:
+    sizes = {"1 MB": 1} if options.smoke else SIZES_MB
+    reps = max(2, options.reps) if not options.smoke else 1
+    rows = [{"name": f"{name}, single", **measure(MODES["single"], mb, reps)} for name, mb in sizes.items()]
+    middle = "1 MB" if options.smoke else "100 MB"
+    modes = ("mwm x2",) if options.smoke else ("mwm x2", "horovod x2")  # CI's smoke: each way the chief writes
+    rows += [{"name": f"{middle}, {mode}", **measure(MODES[mode], sizes[middle], reps)} for mode in modes]
+    return {"rows": rows, "every_steps": EVERY,
+            "goal": "write_ratio <= 1.2 and blocked_ratio <= 0.1 for each size and mode"}
