@@ -1,49 +1,86 @@
-"""The pypi flavour (TensorFlow 2.21 with PyPI's CUDA, Horovod with NCCL), built for real here without a GPU and
-checked as far as a machine without one can: TensorFlow is a CUDA build, Horovod has NCCL, MPI and Gloo and loads
-PyPI's NCCL, and `distrain doctor` in the image says so with the driver it needs. Several GB and a Horovod
-compile: only with `-m gpu_image` (scripts/test.sh -m gpu_image), neither in CI's tier nor in --full."""
+"""The pypi flavour (TensorFlow 2.21 with PyPI's CUDA, Horovod with NCCL), built for real here without a GPU, by an
+ordinary account (no root: `--fakeroot`), and checked as far as a machine without one can: TensorFlow is a CUDA
+build, Horovod has NCCL, MPI and Gloo and loads PyPI's NCCL, and `distrain doctor` in the image says so with the
+driver it needs. Several GB and a Horovod compile: only with `-m gpu_image` (scripts/test.sh -m gpu_image),
+neither in CI's tier nor in --full."""
 
 import os
 import re
+import shutil
+import subprocess
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from container_fixtures import APPTAINER_CACHE, DOCKER, REGISTRY, SQUASHFS_FOR_TESTS, sh
-from helpers import ROOT, assert_trained_in_sync, clean_env
+from container_fixtures import APPTAINER_HOME, DOCKER, REGISTRY, SQUASHFS_FOR_TESTS, USERS_APPTAINER_CACHE, sh
+from helpers import (
+    ROOT,
+    TEST_USER,
+    USERS_PIP_CACHE,
+    account_exists,
+    as_the_user,
+    assert_trained_in_sync,
+    clean_env,
+    copy_of_the_checkout,
+    the_users_own,
+)
 from readme_blocks import block
 from slurm_jobs import submit
 
 pytestmark = pytest.mark.gpu_image
 
-WHEELHOUSE = Path(os.environ.get("DISTRAIN_TEST_GPU_WHEELHOUSE", "/var/cache/distrain/wheelhouse-gpu-tf2.21"))
+# the account's wheelhouse: fetched and Horovod built by its first run, kept between sessions as its pip cache is
+WHEELHOUSE = Path(os.environ.get("DISTRAIN_TEST_GPU_WHEELHOUSE",
+                                 f"/var/cache/distrain/wheelhouse-gpu-tf2.21-{TEST_USER}"))
 OS_BASE_TAR = Path("/var/cache/distrain/test-base-debian12.tar")
 OS_BASE = f"{REGISTRY}/distrain-test-os:debian12"
 
 
 @pytest.fixture(scope="module")
-def gpu_sif(docker, tmp_path_factory):
+def gpu_sif(docker):
     """The README's two commands (the wheelhouse: fetched, Horovod built once and cached; then `distrain image build
-    --flavour pypi`), timed, on a plain Debian 12 from the local registry for the base (the stand-in for docker.io's
-    debian:12, which this machine cannot pull) and without the image's %test (no GPU here)."""
+    --flavour pypi`) as an ordinary account (TEST_USER: `--fakeroot` with the subordinate ids scripts/install.sh
+    gives it), from its own copy of the checkout with the `distrain` of the README's first step, timed; on a plain
+    Debian 12 from the local registry for the base (the stand-in for docker.io's debian:12, which this machine
+    cannot pull: made by root, as the registry is) and without the image's %test (no GPU here)."""
+    if not account_exists():
+        pytest.skip(f"no account {TEST_USER}: scripts/install.sh makes it")
+    if not shutil.which("clang++-19"):  # Horovod's CUDA kernels (scripts/gpu-wheelhouse.sh), as docs/admins.md says
+        pytest.skip("no clang++-19: apt-get install clang-19 (docs/admins.md)")
     if sh([DOCKER, "image", "inspect", OS_BASE], timeout=60).returncode != 0:
         built = sh(["scripts/build-test-base.sh", str(OS_BASE_TAR)], timeout=1200, TF_VERSION="none")
         assert built.returncode == 0, built.stdout[-3000:]
         assert sh([DOCKER, "import", str(OS_BASE_TAR), OS_BASE], timeout=600).returncode == 0
     assert sh([DOCKER, "push", "-q", OS_BASE], timeout=600).returncode == 0
-    scratch = tmp_path_factory.mktemp("scratch")
-    (scratch / "wheelhouse").symlink_to(WHEELHOUSE)
-    image = scratch / "distrain-tf221.sif"
+    work = Path(tempfile.mkdtemp(prefix="distrain-gpu-sif-", dir="/var/tmp"))  # the account's, where it can write
+    copy_of_the_checkout(work / "distrain")
+    (work / "scratch").mkdir()
+    for cache in (WHEELHOUSE, USERS_APPTAINER_CACHE, USERS_PIP_CACHE):
+        cache.mkdir(mode=0o700, parents=True, exist_ok=True)
+        the_users_own(cache)
+    (work / "scratch" / "wheelhouse").symlink_to(WHEELHOUSE)
+    the_users_own(work)
+    image = work / "distrain-tf221.sif"
     command = block("gpu-image").replace(" distrain-tf221.sif", f" {image} --base-image {OS_BASE} --notest")
+    env = {"HOME": os.path.expanduser(f"~{TEST_USER}"), "SCRATCH": str(work / "scratch"),
+           "PATH": f"{work}/command/bin:{APPTAINER_HOME / 'bin'}:/usr/bin:/bin", "APPTAINER_NOHTTPS": "1",
+           "DISTRAIN_CACHE": str(USERS_APPTAINER_CACHE), "PIP_CACHE_DIR": str(USERS_PIP_CACHE),
+           "APPTAINER_MKSQUASHFS_ARGS": SQUASHFS_FOR_TESTS, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     started = time.monotonic()
-    out = sh(["bash", "-euo", "pipefail", "-c", command], timeout=3600, SCRATCH=str(scratch),
-             DISTRAIN_CACHE=str(APPTAINER_CACHE), APPTAINER_MKSQUASHFS_ARGS=SQUASHFS_FOR_TESTS)
+    out = as_the_user(f"python3 -m venv {work}/command && {work}/command/bin/pip install -q {work}/distrain "
+                      f"&& cd {work}/distrain && {command}", work, env, timeout=3600)
     seconds = time.monotonic() - started
-    assert out.returncode == 0, out.stdout[-5000:]
-    print(f"pypi flavour: the README's commands took {seconds:.0f} s; the image is "
-          f"{image.stat().st_size / 2**30:.2f} GiB (squashfs with lz4)")
-    return image, out.stdout
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-5000:]
+    assert image.stat().st_uid != 0  # the account's own image
+    wheelhouse = subprocess.run(["du", "-sh", "--dereference", str(WHEELHOUSE)], capture_output=True, text=True,
+                                timeout=120).stdout.split()[0]
+    print(f"pypi flavour as {TEST_USER}: the README's commands took {seconds:.0f} s; the image is "
+          f"{image.stat().st_size / 2**30:.2f} GiB (squashfs with lz4); the wheelhouse {wheelhouse}")
+    yield image, log
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def test_the_pypi_flavour_is_tensorflow_221_built_with_cuda_and_horovod_with_nccl(gpu_sif):
