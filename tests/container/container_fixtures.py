@@ -85,6 +85,31 @@ def docker_image(docker):
     return "distrain:test"
 
 
+def the_accounts_workspace(prefix: str, caches: tuple[Path, ...]) -> Path:
+    """A directory under /var/tmp for the ordinary account (TEST_USER), with its own copy of the checkout; its
+    caches made and its own. The caller makes the whole its own (`the_users_own`) once it has added to it."""
+    work = Path(tempfile.mkdtemp(prefix=prefix, dir="/var/tmp"))  # the account's, where it can write
+    copy_of_the_checkout(work / "distrain")
+    for cache in caches:
+        cache.mkdir(mode=0o700, parents=True, exist_ok=True)
+        the_users_own(cache)
+    return work
+
+
+def the_accounts_env(path_first: str = "", **extra: str) -> dict[str, str]:
+    """A login's variables for the account building an image: its home, Apptainer, its caches kept between
+    sessions as a login node's are, the tests' fast squashfs."""
+    return {"HOME": os.path.expanduser(f"~{TEST_USER}"), "PATH": f"{path_first}{APPTAINER_HOME / 'bin'}:/usr/bin:/bin",
+            "APPTAINER_NOHTTPS": "1", "DISTRAIN_CACHE": str(USERS_APPTAINER_CACHE),
+            "PIP_CACHE_DIR": str(USERS_PIP_CACHE), "APPTAINER_MKSQUASHFS_ARGS": SQUASHFS_FOR_TESTS,
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1", **extra}
+
+
+def the_readmes_first_step(work: Path) -> str:
+    """The README's first step in the account's workspace: a virtualenv with its copy of distrain."""
+    return f"python3 -m venv {work}/command && {work}/command/bin/pip install -q {work}/distrain"
+
+
 @pytest.fixture(scope="session")
 def sif(docker):
     """The project's Apptainer.def built by `distrain image build` as an ordinary account, as a user without an
@@ -97,20 +122,13 @@ def sif(docker):
         pytest.skip("apptainer is not installed (scripts/install.sh runs scripts/setup-apptainer.sh)")
     if not account_exists():
         pytest.skip(f"no account {TEST_USER}: scripts/install.sh makes it")
-    work = Path(tempfile.mkdtemp(prefix="distrain-sif-", dir="/var/tmp"))  # the account's, where it can write
-    copy_of_the_checkout(work / "distrain")
+    work = the_accounts_workspace("distrain-sif-", (USERS_APPTAINER_CACHE, USERS_PIP_CACHE))
     (work / "elsewhere").mkdir()
-    for cache in (USERS_APPTAINER_CACHE, USERS_PIP_CACHE):
-        cache.mkdir(mode=0o700, parents=True, exist_ok=True)
-        the_users_own(cache)
     the_users_own(work)
     image = work / "distrain.sif"
-    env = {"HOME": os.path.expanduser(f"~{TEST_USER}"), "PATH": f"{APPTAINER_HOME / 'bin'}:/usr/bin:/bin",
-           "APPTAINER_NOHTTPS": "1", "DISTRAIN_CACHE": str(USERS_APPTAINER_CACHE),
-           "PIP_CACHE_DIR": str(USERS_PIP_CACHE), "APPTAINER_MKSQUASHFS_ARGS": SQUASHFS_FOR_TESTS,
-           "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    command = (f"python3 -m venv {work}/command && {work}/command/bin/pip install -q {work}/distrain && cd elsewhere "
-               f"&& {work}/command/bin/distrain image build {image} --base-image {docker} --notest "
+    env = the_accounts_env()
+    command = (f"{the_readmes_first_step(work)} && cd elsewhere && {work}/command/bin/distrain image build {image} "
+               f"--base-image {docker} --notest "
                f"--expect '{CPU_BASE_CARRIES}'")
     out = as_the_user(command, work, env, timeout=1200)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

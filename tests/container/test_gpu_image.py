@@ -8,13 +8,20 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from container_fixtures import APPTAINER_HOME, DOCKER, REGISTRY, SQUASHFS_FOR_TESTS, USERS_APPTAINER_CACHE, sh
+from container_fixtures import (
+    DOCKER,
+    REGISTRY,
+    USERS_APPTAINER_CACHE,
+    sh,
+    the_accounts_env,
+    the_accounts_workspace,
+    the_readmes_first_step,
+)
 from helpers import (
     ROOT,
     TEST_USER,
@@ -23,7 +30,6 @@ from helpers import (
     as_the_user,
     assert_trained_in_sync,
     clean_env,
-    copy_of_the_checkout,
     the_users_own,
 )
 from readme_blocks import block
@@ -54,23 +60,15 @@ def gpu_sif(docker):
         assert built.returncode == 0, built.stdout[-3000:]
         assert sh([DOCKER, "import", str(OS_BASE_TAR), OS_BASE], timeout=600).returncode == 0
     assert sh([DOCKER, "push", "-q", OS_BASE], timeout=600).returncode == 0
-    work = Path(tempfile.mkdtemp(prefix="distrain-gpu-sif-", dir="/var/tmp"))  # the account's, where it can write
-    copy_of_the_checkout(work / "distrain")
+    work = the_accounts_workspace("distrain-gpu-sif-", (WHEELHOUSE, USERS_APPTAINER_CACHE, USERS_PIP_CACHE))
     (work / "scratch").mkdir()
-    for cache in (WHEELHOUSE, USERS_APPTAINER_CACHE, USERS_PIP_CACHE):
-        cache.mkdir(mode=0o700, parents=True, exist_ok=True)
-        the_users_own(cache)
     (work / "scratch" / "wheelhouse").symlink_to(WHEELHOUSE)
     the_users_own(work)
     image = work / "distrain-tf221.sif"
     command = block("gpu-image").replace(" distrain-tf221.sif", f" {image} --base-image {OS_BASE} --notest")
-    env = {"HOME": os.path.expanduser(f"~{TEST_USER}"), "SCRATCH": str(work / "scratch"),
-           "PATH": f"{work}/command/bin:{APPTAINER_HOME / 'bin'}:/usr/bin:/bin", "APPTAINER_NOHTTPS": "1",
-           "DISTRAIN_CACHE": str(USERS_APPTAINER_CACHE), "PIP_CACHE_DIR": str(USERS_PIP_CACHE),
-           "APPTAINER_MKSQUASHFS_ARGS": SQUASHFS_FOR_TESTS, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    env = the_accounts_env(f"{work}/command/bin:", SCRATCH=str(work / "scratch"))
     started = time.monotonic()
-    out = as_the_user(f"python3 -m venv {work}/command && {work}/command/bin/pip install -q {work}/distrain "
-                      f"&& cd {work}/distrain && {command}", work, env, timeout=3600)
+    out = as_the_user(f"{the_readmes_first_step(work)} && cd {work}/distrain && {command}", work, env, timeout=3600)
     seconds = time.monotonic() - started
     log = out.stdout + out.stderr
     assert out.returncode == 0, log[-5000:]
