@@ -7,6 +7,7 @@ the images built in the session (CLUSTER_TESTS) run one after another on one wor
 GPUs to all workers' jobs, and each worker would start, build and stop them for itself."""
 
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +33,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())) and not item.nodeid.startswith(CLUSTER_TESTS):
             raise pytest.UsageError(f"{item.nodeid} uses the local Slurm or the container images: add it to "
                                     "CLUSTER_TESTS in tests/conftest.py, so it runs on their worker")
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+
+
+@pytest.fixture(autouse=True)
+def _stop_signals_as_they_were() -> Iterator[None]:
+    """A test that takes distrain's stop in this process (unit/test_agreed_stop.py: `Preempted` ignores the stop
+    signals from then on, as a stopping worker must) left SIGTERM ignored in the pytest worker, and every process it
+    started later inherited that (an ignored signal stays ignored across exec): a plain `python` run that sends
+    itself SIGTERM, as test_exact_resume's do, trained on to the end and exited 0. Each test's changes undone."""
+    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    yield
+    for sig, handler in before.items():
+        if handler is not None and signal.getsignal(sig) is not handler:
+            signal.signal(sig, handler)
 
 
 @pytest.hookimpl(optionalhook=True)
