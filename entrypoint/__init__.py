@@ -33,10 +33,7 @@ def _engine():  # noqa: ANN202
 
 def strategy() -> Any:
     """The tf.distribute strategy in use (TensorFlow's default strategy in single and Horovod mode)."""
-    engine = _engine()
-    if engine.strategy is not None:
-        return engine.strategy
-    return engine.tf.distribute.get_strategy()
+    return _engine().strategy_in_use()
 
 
 def rank() -> int:

@@ -83,7 +83,7 @@ def lost_peer(exc: BaseException, plan: Plan, addresses: tuple[str, ...],
 
     `addresses`: host:port per rank that accepts connections while that rank lives (the MWM cluster, or the
     ports the Horovod engine opened). `patience`: how long a dying peer may take to close its port."""
-    if plan.size < 2 or plan.mode not in ("mwm", "horovod") or not _looks_like_loss(exc):
+    if plan.size < 2 or not _looks_like_loss(exc):  # one process (single, mirrored): no peer to lose
         return None
     text = " ".join(str(e) for e in _chain(exc))
     named = sorted({int(t) for t in _TASK.findall(text)} - {plan.rank})

@@ -21,7 +21,7 @@ import threading
 from typing import Any
 
 from . import startup_stop
-from .compat import adopt, horovod_own_updates, tf_checkpoint
+from .compat import horovod_own_updates, tf_checkpoint
 from .engines import Engine
 from .fit import (
     batches,
@@ -35,9 +35,7 @@ from .fit import (
     starting,
     steps,
     stopping,
-    sync,
 )
-from .log import get as log
 from .log import track_stdout
 
 
@@ -90,7 +88,7 @@ def install_hooks(engine: Engine, keras: Any, tf: Any, evened: batches.EvenedInp
             finished = stages.recorded(stage.checkpoint_dir, fit_signature, lambda line: concerns.say(engine, line))
             if finished is not None:
                 return concerns.restore_finished_stage(engine, keras, stage, stage_number, self, args_, finished)
-        own_split = own_shards.kept(engine, args_, note_input, engine.strategy is not None or
+        own_split = own_shards.kept(engine, args_, note_input, engine.shards_input_itself() or
                                     engine.splits_batches(self, user))
         facts = concerns.InputFacts(note_input, evened, own_split[0])
         fit_callbacks = concerns.compose_callbacks(engine, keras, tf, stage, stage_number, self, args_, user,
@@ -169,18 +167,6 @@ def _hook_saves(engine: Engine, model_cls: type) -> None:
         tf_checkpoint.install(script_saves)
 
 
-def _adopt_horovod_tensorflow_api(engine: Engine) -> None:
-    """Keras 3 variables for Horovod's TensorFlow API (compat/keras3_horovod), in any mode the script uses it."""
-    from .compat import keras3_horovod
-
-    try:
-        import horovod.tensorflow as hvd
-    except ImportError:
-        return  # the script's own import will say so
-    if keras3_horovod.adopt_tensorflow_api(hvd, engine.keras) and engine.plan.is_chief:
-        log().info("Keras 3 variables handed to Horovod's TensorFlow API as tf.Variables (no .ref())")
-
-
 def _downloads_take_turns(engine: Engine) -> None:
     """keras.utils.get_file: one rank per cache downloads and extracts (compat/downloads.py), keyed by this launch."""
     from .compat import downloads
@@ -196,13 +182,7 @@ def run_script(script: str, argv: list[str], engine: Engine | None, evened: batc
     if engine is not None and engine.plan.hooks:
         signals = stopping.install(engine.plan)
         install_hooks(engine, engine.keras, engine.tf, evened, signals)
-        adopt.install_strategy_adoption(engine, engine.plan, engine.tf)
-        if not engine.plan.family.horovod_keras_api and (engine.hvd is not None or engine.plan.script_uses_horovod_tf):
-            _adopt_horovod_tensorflow_api(engine)
-        if engine.hvd is not None and engine.size > 1 and engine.plan.script_uses_horovod_tf:
-            import horovod.tensorflow as hvd
-
-            sync.average_moving_statistics_in_custom_loops(hvd, engine.tf)
+        engine.adopt_the_scripts_distribution()
         if engine.size > 1:
             _downloads_take_turns(engine)
         engine.install_script_fixes()
@@ -210,11 +190,8 @@ def run_script(script: str, argv: list[str], engine: Engine | None, evened: batc
             from .compat import script_gpu_pinning
 
             script_gpu_pinning.install(engine.tf, engine.local_rank)
-    elif engine is not None and engine.strategy is not None:
-        from .compat import default_strategy
-
-        default_strategy.make_default(engine.tf, None)
-        log().info("hooks off: the script runs as is, without the default strategy or hooks")
+    elif engine is not None:
+        engine.step_aside()
     startup_stop.hand_over(handlers_installed=False)  # hooks off: the script gets the signals' defaults
     if engine is not None and engine.plan.hooks and engine.plan.is_chief:  # hooks off: sys.stdout is python's
         track_stdout()

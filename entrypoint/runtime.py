@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import devices, log
-from .engines import Engine, build
+from .engines import Engine, build, engine_class
 from .errors import EnvironmentProblem
 from .plan import Plan, detect
 
@@ -47,10 +47,7 @@ def startup_phases() -> dict[str, float]:
 def apply_checks(plan: Plan) -> None:
     """Refusals that need no TensorFlow: no GPU where one is required, Horovod asked for but absent."""
     devices.check_required_before_import(plan)
-    if plan.mode == "horovod":
-        from .engines.horovod import check_installed
-
-        check_installed()
+    engine_class(plan).check_installed()
 
 
 def apply_environment(plan: Plan) -> None:
@@ -97,24 +94,10 @@ def setup(plan: Plan | None = None, checked: bool = False,
     from .compat import registry
 
     registry.verify(plan.keras, plan.mode)  # every patch this run makes finds what it knows, or one line here
-    if plan.family.needs_strategy_fit_fixes and plan.mode in ("mwm", "mirrored") and plan.replicas > 1:
-        from .compat import keras3_mwm, keras3_saving
-
-        fixes = keras3_mwm.apply(tf) + keras3_saving.apply(tf)
-        if fixes and plan.is_chief:
-            log.get().info(f"Keras {sys.modules['keras'].__version__} fixes for distributed fit: {'; '.join(fixes)}")
-    if plan.family.sums_own_steps_gradients and plan.mode in ("mwm", "mirrored") and plan.replicas > 1:
-        from .compat import tf_keras_mwm
-
-        tf_keras_mwm.apply()
+    engine_class(plan).fix_libraries(plan, tf)
     devices.configure(plan, tf)
     engine = dataclasses.replace(build(plan, tf, before_distributing), tf=tf, keras=tf.keras)
-    if engine.strategy is not None:
-        from .compat import default_strategy
-
-        default_strategy.make_default(tf, engine.strategy)
-        default_strategy.keep_after_resets(tf, engine.strategy)
-        default_strategy.load_saved_models_plain(tf, engine.strategy)
+    engine.become_default()
     _THIS_PROCESS.engine = engine
     _THIS_PROCESS.phases["strategy"] = time.time()  # MWM: the workers have all joined (the rendezvous is in build)
     for warning in plan.warnings:

@@ -6,7 +6,7 @@ built the strategy for the Plan's cluster (and made it the default), that fails:
 tf.distribute.Strategy objects", or a second gRPC server that waits forever, or TensorFlow's resolver on string-
 sorted hosts and shared ports (see slurm.py), or a Horovod optimizer wrapped twice (RecursionError).
 
-- `install_strategy_adoption`: calling `tf.distribute.MultiWorkerMirroredStrategy(...)`, `MirroredStrategy(...)` or
+- `adopt_strategies`: calling `tf.distribute.MultiWorkerMirroredStrategy(...)`, `MirroredStrategy(...)` or
   `OneDeviceStrategy(...)` (TensorFlow's save-and-load tutorial) returns distrain's strategy where there is one
   (the classes stay classes: `isinstance` still works); the script's `CommunicationOptions` are applied where the
   hardware allows (NCCL needs GPUs); `SlurmClusterResolver(...)` and `TFConfigClusterResolver(...)` return a
@@ -72,23 +72,36 @@ def _describe(args: tuple, kwargs: dict) -> str:
     return ", ".join(shown)
 
 
-def install_strategy_adoption(engine: Any, plan: Plan, tf: Any) -> None:
-    """Make the script's own strategy and resolver constructors return distrain's (MWM and mirrored modes; under
-    Horovod its MirroredStrategy is the default one); in one process, make its Slurm/TF_CONFIG resolver describe
-    one local worker (outside Slurm TensorFlow's raises). Where distrain started TensorFlow before the script, its
+def refuse_reconfiguring(plan: Plan, tf: Any) -> None:
+    """Where distrain started TensorFlow before the script (every mode with ranks or a strategy): the script's
     logical device configuration is skipped (script_devices.py) and its ParameterServerStrategy refused."""
-    if plan.mode != "single":
-        script_devices.install(plan.mode)  # distrain started TensorFlow before the script
-        _refuse_parameter_servers(plan, tf)
-    if plan.mode == "horovod":
-        _adopt_mirrored_under_horovod(plan, tf)
-        if engine.size > 1 and not plan.script_uses_horovod:
-            horovod_own_updates.install(plan.family.optimizer_updates, engine.size, is_horovod_optimizer)
-            horovod_sync_batchnorm.install(plan.family.synchronized_moments)
-        return
-    _adopt_resolvers(plan, tf)
-    if engine.strategy is None:
-        return
+    script_devices.install(plan.mode)
+    _refuse_parameter_servers(plan, tf)
+
+
+def zero_code_horovod_updates(plan: Plan, size: int) -> None:
+    """Zero-code Horovod: every optimizer the script applies averages its gradients over the ranks, and its
+    synchronized BatchNormalization reads the ranks' moments (horovod_own_updates, horovod_sync_batchnorm)."""
+    if size > 1 and not plan.script_uses_horovod:
+        horovod_own_updates.install(plan.family.optimizer_updates, size, is_horovod_optimizer)
+        horovod_sync_batchnorm.install(plan.family.synchronized_moments)
+
+
+def adopt_resolvers(plan: Plan, tf: Any) -> None:
+    """The script's `SlurmClusterResolver(...)`/`TFConfigClusterResolver(...)` answer with the Plan's cluster; in
+    one process they describe one local worker (outside Slurm TensorFlow's raises)."""
+    resolvers = tf.distribute.cluster_resolver
+    # patch: adopt.resolvers
+    for name in _RESOLVERS:
+        original = getattr(resolvers, name, None)
+        if original is None or hasattr(original, "_distrain_adopts"):
+            continue
+        setattr(resolvers, name, _adopting(original, lambda *a, _n=name, **k: _plan_resolver(plan, tf, _n, k)))
+
+
+def adopt_strategies(engine: Any, plan: Plan, tf: Any) -> None:
+    """The script's own strategy constructors return distrain's strategy (MWM and mirrored modes), the script's
+    CommunicationOptions applied where the hardware allows."""
 
     def adopt(name: str, args: tuple, kwargs: dict) -> Any:
         ignored = [f"{k}" for k in kwargs if k not in ("communication_options", "cluster_resolver")] + (
@@ -131,7 +144,7 @@ def _refuse_parameter_servers(plan: Plan, tf: Any) -> None:
             namespace.ParameterServerStrategy = _adopting(original, refuse)
 
 
-def _adopt_mirrored_under_horovod(plan: Plan, tf: Any) -> None:
+def adopt_mirrored_under_horovod(plan: Plan, tf: Any) -> None:
     """Under Horovod each rank is one replica and Horovod's ranks share each global batch: a script's own
     `MirroredStrategy(...)` (over the logical devices it made, or all GPUs) is the default strategy there, so that
     its replicas are the ranks, as distrain's MWM adopts it. Its `OneDeviceStrategy` and MWM are left as written."""
@@ -147,16 +160,6 @@ def _adopt_mirrored_under_horovod(plan: Plan, tf: Any) -> None:
 
     # patch: adopt.strategies
     tf.distribute.MirroredStrategy = _adopting(original, default)
-
-
-def _adopt_resolvers(plan: Plan, tf: Any) -> None:
-    resolvers = tf.distribute.cluster_resolver
-    # patch: adopt.resolvers
-    for name in _RESOLVERS:
-        original = getattr(resolvers, name, None)
-        if original is None or hasattr(original, "_distrain_adopts"):
-            continue
-        setattr(resolvers, name, _adopting(original, lambda *a, _n=name, **k: _plan_resolver(plan, tf, _n, k)))
 
 
 def _plan_resolver(plan: Plan, tf: Any, name: str, kwargs: dict) -> Any:

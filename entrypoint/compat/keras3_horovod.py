@@ -133,3 +133,15 @@ def adopt_tensorflow_api(hvd: Any, keras: Any) -> bool:
     hvd.broadcast_variables, hvd.DistributedGradientTape = broadcast_variables, distributed_gradient_tape
     hvd._distrain_keras3_variables = True
     return True
+
+
+def hand_tf_variables_to_horovods_api(keras: Any, is_chief: bool) -> None:
+    """`adopt_tensorflow_api` where Horovod imports (else the script's own import will say why), said once."""
+    try:
+        import horovod.tensorflow as hvd
+    except ImportError:
+        return
+    if adopt_tensorflow_api(hvd, keras) and is_chief:
+        from ..log import get as log
+
+        log().info("Keras 3 variables handed to Horovod's TensorFlow API as tf.Variables (no .ref())")

@@ -149,7 +149,7 @@ PATCHES: tuple[Patch, ...] = (
        "wraps", "process", "horovod/horovod#4290",
        ("horovod.tensorflow:broadcast_variables(variables,root_rank)", "horovod.tensorflow:DistributedGradientTape"),
        "horovod", _K3, frozenset({"horovod"})),
-    _p("sync.loop_statistics", "a custom loop's DistributedGradientTape also averages BatchNorm statistics",
+    _p("horovod_loop_statistics.tape", "a custom loop's DistributedGradientTape also averages BatchNorm statistics",
        "wraps", "process", "a Horovod custom loop leaves each rank its own moving statistics (rank 0 saves its own)",
        ("horovod.tensorflow:broadcast_variables(variables,root_rank)", "horovod.tensorflow:DistributedGradientTape"),
        "horovod", modes=frozenset({"horovod"})),

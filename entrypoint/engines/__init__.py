@@ -16,7 +16,20 @@ from typing import Any
 from ..plan import Plan
 from .base import Engine
 
-__all__ = ["Engine", "build"]
+__all__ = ["Engine", "build", "engine_class"]
+
+
+def engine_class(plan: Plan) -> type[Engine]:
+    """The class of this plan's engine, for what it does before the engine exists (checks, library fixes)."""
+    if plan.mode == "horovod":
+        from .horovod import HorovodEngine
+
+        return HorovodEngine
+    if plan.mode in ("mwm", "mirrored"):
+        from .strategy import StrategyEngine
+
+        return StrategyEngine
+    return Engine
 
 
 def build(plan: Plan, tf, before_distributing: Callable[[Any, int], Any] | None = None) -> Engine:  # noqa: ANN001

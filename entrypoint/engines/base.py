@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,14 @@ class Engine:
     peers: tuple[str, ...] = ()  # host:port per rank that answers while that rank lives (plan.cluster for MWM)
     tf: Any = None  # the tensorflow module and the Keras setup chose (runtime.setup): what the hooks patch
     keras: Any = None
+
+    @classmethod
+    def check_installed(cls) -> None:
+        """Before TensorFlow is imported: refuse a mode whose library is absent (one line)."""
+
+    @classmethod
+    def fix_libraries(cls, plan: Plan, tf: Any) -> None:
+        """After TensorFlow is imported, before the engine is built: the mode's fixes of Keras (compat/)."""
 
     @property
     def rank(self) -> int:
@@ -99,8 +108,46 @@ class Engine:
         ranks before they are read (compat/metric_reads.py, compat/horovod_metric_states.py)."""
         return []
 
+    def adopt_the_scripts_distribution(self) -> None:
+        """What the script builds to distribute itself made to run as under plain python (compat/adopt.py): in one
+        process its Slurm or TF_CONFIG cluster resolver describes one local worker."""
+        adopt.adopt_resolvers(self.plan, self.tf)
+
     def install_script_fixes(self) -> None:
-        """The mode's fixes for what a script does itself (its save options' devices), before it runs."""
+        """The mode's fixes for what a script does itself (Horovod's TensorFlow API under Keras 3, its save
+        options' devices), before it runs."""
+        if self.plan.script_uses_horovod_tf and not self.plan.family.horovod_keras_api:
+            from ..compat import keras3_horovod
+
+            keras3_horovod.hand_tf_variables_to_horovods_api(self.keras, self.plan.is_chief)
+
+    def strategy_in_use(self) -> Any:
+        """The tf.distribute strategy the script's model is built under: TensorFlow's default one here."""
+        return self.tf.distribute.get_strategy()
+
+    def shards_input_itself(self) -> bool:
+        """Whether the mode's strategy shards what fit reads between the workers itself (MWM's auto-sharding)."""
+        return False
+
+    def become_default(self) -> None:
+        """At setup: the mode's strategy made TensorFlow's default, so that the script's model is built under it."""
+
+    def step_aside(self) -> None:
+        """Hooks off (DISTRAIN_HOOKS=0): the script runs as under python, TensorFlow's own default strategy."""
+
+    def local_reads(self) -> contextlib.AbstractContextManager:
+        """A context in which reading a variable is no collective (a save by the chief alone, a rank's own state):
+        where a read is one (tf_keras' ON_READ variables under MWM), it reads this rank's copy."""
+        return contextlib.nullcontext()
+
+    def broadcast_callbacks(self, callbacks: list) -> tuple:
+        """Those of a fit's callbacks that broadcast rank 0's variables after its first step (Horovod's)."""
+        return ()
+
+    def batch_fit_receives(self, global_batch: int) -> int:
+        """The batch a fit fed by hand (distrain's benchmark) receives for `global_batch`: all of it where the
+        strategy or nobody splits it."""
+        return global_batch
 
     def shard(self, dataset: Any) -> Any:
         """This rank's share of a dataset the script distributes itself (a strategy shards what fit reads)."""

@@ -77,6 +77,10 @@ class HorovodEngine(Engine):
     differ. A script written for Horovod (its own DistributedOptimizer or callbacks) chose its per-rank batches
     itself and is left alone."""
 
+    @classmethod
+    def check_installed(cls) -> None:
+        check_installed()
+
     @property
     def rank(self) -> int:
         return int(self.hvd.rank())
@@ -126,7 +130,7 @@ class HorovodEngine(Engine):
 
     def adapt_optimizer(self, keras: Any, arguments: dict) -> None:
         if adopt.is_horovod_optimizer(arguments.get("optimizer")):  # the script's own (or an earlier compile's)
-            adopt.loads_without_horovod(arguments["optimizer"])
+            super().adapt_optimizer(keras, arguments)
             return
         arguments["optimizer"] = self._averaging(keras.optimizers.get(arguments.get("optimizer", "rmsprop")))
 
@@ -178,6 +182,32 @@ class HorovodEngine(Engine):
 
         horovod_metric_states.install(self.tf, self.plan.family.metric_logs_read)
         return [horovod_metric_states.reads_over_ranks(keras, *differs)]
+
+    def adopt_the_scripts_distribution(self) -> None:
+        """The script's MirroredStrategy is the default one (its replicas are the ranks); every optimizer it
+        applies averages over the ranks (compat/adopt.py)."""
+        adopt.refuse_reconfiguring(self.plan, self.tf)
+        adopt.adopt_mirrored_under_horovod(self.plan, self.tf)
+        adopt.zero_code_horovod_updates(self.plan, self.size)
+
+    def install_script_fixes(self) -> None:
+        """Keras 3 variables for Horovod's TensorFlow API; a custom loop's moving statistics averaged."""
+        if not self.plan.family.horovod_keras_api:
+            from ..compat import keras3_horovod
+
+            keras3_horovod.hand_tf_variables_to_horovods_api(self.keras, self.plan.is_chief)
+        if self.size > 1 and self.plan.script_uses_horovod_tf:
+            import horovod.tensorflow as hvd_tf
+
+            from ..compat import horovod_loop_statistics
+
+            horovod_loop_statistics.install(hvd_tf, self.tf)
+
+    def broadcast_callbacks(self, callbacks: list) -> tuple:
+        return tuple(c for c in callbacks if hasattr(c, "register_local_var"))
+
+    def batch_fit_receives(self, global_batch: int) -> int:
+        return global_batch // self.size
 
     def shard(self, dataset: Any) -> Any:
         return dataset.shard(self.size, self.rank) if self.size > 1 else dataset

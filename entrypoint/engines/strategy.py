@@ -7,18 +7,62 @@ collectives of the agreed stop and of the non-trainable state's average.
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from collections.abc import Callable
 from typing import Any
 
-from ..compat import metric_reads, tf_keras_mwm
+from ..compat import adopt, default_strategy, metric_reads, tf_keras_mwm
+from ..log import get as log
 from ..plan import Plan
 from .base import Engine
 
 
 class StrategyEngine(Engine):
+    @classmethod
+    def fix_libraries(cls, plan: Plan, tf: Any) -> None:
+        """Keras 3's distributed fit and saving (compat/keras3_mwm.py, keras3_saving.py), tf_keras' own steps
+        (compat/tf_keras_mwm.py), where there are several replicas."""
+        if plan.replicas < 2:
+            return
+        if plan.family.needs_strategy_fit_fixes:
+            from ..compat import keras3_mwm, keras3_saving
+
+            fixes = keras3_mwm.apply(tf) + keras3_saving.apply(tf)
+            if fixes and plan.is_chief:
+                log().info(f"Keras {sys.modules['keras'].__version__} fixes for distributed fit: {'; '.join(fixes)}")
+        if plan.family.sums_own_steps_gradients:
+            tf_keras_mwm.apply()
+
     @property
     def replicas(self) -> int:
         return int(self.strategy.num_replicas_in_sync)
+
+    def strategy_in_use(self) -> Any:
+        return self.strategy
+
+    def shards_input_itself(self) -> bool:
+        return True
+
+    def become_default(self) -> None:
+        default_strategy.make_default(self.tf, self.strategy)
+        default_strategy.keep_after_resets(self.tf, self.strategy)
+        default_strategy.load_saved_models_plain(self.tf, self.strategy)
+
+    def step_aside(self) -> None:
+        default_strategy.make_default(self.tf, None)
+        log().info("hooks off: the script runs as is, without the default strategy or hooks")
+
+    def adopt_the_scripts_distribution(self) -> None:
+        """The script's own strategy and resolvers are distrain's (compat/adopt.py)."""
+        adopt.refuse_reconfiguring(self.plan, self.tf)
+        super().adopt_the_scripts_distribution()
+        adopt.adopt_strategies(self, self.plan, self.tf)
+
+    def local_reads(self) -> contextlib.AbstractContextManager:
+        if self.plan.mode == "mwm" and self.size > 1:
+            return adopt.local_reads(self.tf)
+        return contextlib.nullcontext()
 
     def differ_between_ranks(self, values: list[int]) -> list[bool]:
         if self.size < 2:
@@ -84,6 +128,7 @@ class StrategyEngine(Engine):
         return [metric_reads.epoch_steps_marker(keras)] if self.logs_are_the_replicas_mean() else []
 
     def install_script_fixes(self) -> None:
+        super().install_script_fixes()
         if self.size > 1:
             from ..compat import io_device
 

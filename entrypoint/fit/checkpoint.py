@@ -27,7 +27,7 @@ from ..log import get as log
 from ..plan import Plan
 from ..runs import checkpoint_number, newest_checkpoint
 from . import callback_state, epoch_metrics
-from .saves import distrains_own, local_reads_for, remove_path
+from .saves import distrains_own, remove_path
 
 if TYPE_CHECKING:
     from .steps import TrainingPosition
@@ -46,6 +46,7 @@ class BackupHooks:
     before_write: Callable[[runs.Position], None] | None = None
     after_restore: Callable[[runs.Position], None] | None = None
     wrote: Callable[[float], None] | None = None  # told how long each write took (stop_cost.py)
+    local_reads: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext  # Engine.local_reads
 
     @property
     def exact(self) -> bool:
@@ -159,7 +160,7 @@ class TfKerasBackup:
         if self.hooks.before_write is not None and not self._averaged:
             self.hooks.before_write(self._position)  # every rank is here: a timed checkpoint, a stop (stopping.py)
         if self.hooks.exact:
-            epoch_metrics.save(self.plan, self._position, self.model)
+            epoch_metrics.save(self.plan, self._position, self.model, self.hooks.local_reads)
         if not self.plan.is_chief:
             # only the chief writes. Under MWM tf_keras has every worker write a copy (to a temp dir it then
             # deletes), because reading an ON_READ variable is a collective all must join; the chief reads
@@ -170,7 +171,7 @@ class TfKerasBackup:
             return
         if self._batch_begun is not None:
             self._training_state._ckpt_saved_batch.assign(self._batch_begun)  # as tf_keras' own hook left it
-        with local_reads_for(self.plan), distrains_own():  # its CheckpointManager's save is not the script's
+        with self.hooks.local_reads(), distrains_own():  # its CheckpointManager's save is not the script's
             self.written = _write_guarded(lambda: super(TfKerasBackup, self)._backup(epoch=epoch, batch=batch),
                                           self.chief_dir, self.hooks.wrote)
         if self.written:
@@ -296,7 +297,7 @@ class Keras3Backup:
         if self.hooks.before_write is not None and not averaged:
             self.hooks.before_write(position)  # every rank is here: a timed checkpoint, a stop
         if self.hooks.exact:
-            epoch_metrics.save(self.plan, position, self.model)
+            epoch_metrics.save(self.plan, position, self.model, self.hooks.local_reads)
         if not self.plan.is_chief:
             return True  # the chief reads locally: nothing collective for the others to join
         os.makedirs(self.chief_dir, mode=0o700, exist_ok=True)
@@ -307,7 +308,7 @@ class Keras3Backup:
         def write() -> None:
             tmp = os.path.join(self.chief_dir, f".tmp-{os.getpid()}.weights.h5")
             try:
-                with local_reads_for(self.plan), distrains_own():
+                with self.hooks.local_reads(), distrains_own():
                     self.model.save_weights(tmp)
                 os.replace(tmp, prefix + ".weights.h5")
                 runs.write_position(prefix, position, _input_record(self.hooks, position))
@@ -378,9 +379,7 @@ def _restored_at(backup: Any, position: runs.Position) -> None:
     if backup.hooks.after_restore is not None:
         backup.hooks.after_restore(position)
     say = (lambda line: log().info(line)) if backup.plan.is_chief else (lambda line: None)
-    add = epoch_metrics.after_first_step(backup.plan, position, backup.model, say)
-    if add is not None:
-        backup.hooks.position.observers.append(add)
+    epoch_metrics.add_after_first_step(backup.plan, position, backup.model, say, backup.hooks.position.observers)
 
 
 def _drop_orphan_sidecars(chief_dir: str) -> None:

@@ -31,7 +31,7 @@ def record_stage(engine: Engine, stage: Any, stage_number: int, model: Any, hist
     plan = engine.plan
     try:
         stages.record(stage.checkpoint_dir, history, signature, engine.rank,
-                      lambda path: saves.save_weights_locally(plan, model, path), plan.family.end_weights)
+                      lambda path: saves.save_weights_locally(engine, model, path), plan.family.end_weights)
     except Exception as exc:  # noqa: BLE001 - OSError, h5py's and TensorFlow's own errors for a full disk
         log().warning(f"fit {stage_number}'s end state was not recorded ({checkpoint.why(exc)}): a rerun trains it "
                       "again")
@@ -63,7 +63,7 @@ def compose_callbacks(engine: Engine, keras: Any, tf: Any, stage: Any, stage_num
     one training position (steps.py); those with per-step work (steps.ObservesSteps) are told by the train
     function, not a batch callback."""
     before, after = engine.fit_callbacks(keras, user), []
-    broadcasts = tuple(c for c in before + user if hasattr(c, "register_local_var")) if engine.hvd else ()
+    broadcasts = engine.broadcast_callbacks(before + user)
     average = sync.make_callback(keras, tf, engine, stage, broadcasts) if engine.size > 1 else None
     if average is not None:  # identical BN statistics on every rank; before Horovod's broadcast callbacks,
         before.insert(0, average)  # to keep that state out of them (sync.py)
@@ -87,7 +87,8 @@ def compose_callbacks(engine: Engine, keras: Any, tf: Any, stage: Any, stage_num
         own = (average.save_own, average.restore_own) if average is not None else (None, None)
         backup = checkpoint.make_backup_callback(
             stage, keras, stage_number, tuple(user),
-            checkpoint.BackupHooks(training, stopping.stop_for_rerun, position, *own, wrote=cost.wrote))
+            checkpoint.BackupHooks(training, stopping.stop_for_rerun, position, *own, wrote=cost.wrote,
+                                   local_reads=engine.local_reads))
         script_epoch = int(arguments.get("initial_epoch") or 0)
         if (first := backup.first_epoch(script_epoch)) != script_epoch:  # fit's own argument, set only to resume
             arguments["initial_epoch"] = first

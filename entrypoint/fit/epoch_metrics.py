@@ -11,6 +11,7 @@ the sum is what the run never stopped holds. Resumed on another number of ranks,
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -33,38 +34,38 @@ def applies(plan: Any) -> bool:
     return bool(plan.checkpoint_dir) and plan.replicas == plan.size
 
 
-def save(plan: Any, position: runs.Position, model: Any) -> None:
-    """This rank's metric states at a mid-epoch `position` (every rank calls it, no collective)."""
+def save(plan: Any, position: runs.Position, model: Any,
+         local_reads: Callable[[], contextlib.AbstractContextManager]) -> None:
+    """This rank's metric states at a mid-epoch `position` (every rank calls it, no collective: `local_reads`,
+    Engine.local_reads)."""
     import tensorflow as tf
 
     states = variables(model) if applies(plan) and position.step > 0 else []
     if states:
-        values = rank_state.local_values(states, tf, mwm=plan.replicas > 1 and plan.mode == "mwm")
+        values = rank_state.local_values(states, tf, local_reads)
         rank_state.save(plan.checkpoint_dir, position, plan.rank, plan.size, values, FOLDER)
 
 
-def after_first_step(plan: Any, position: runs.Position, model: Any,
-                     say: Callable[[str], None]) -> Callable[[], None] | None:
-    """What adds this rank's kept states once the resumed epoch's first step has run (a step observer), or None
-    where nothing was kept at `position` for this number of ranks."""
+def add_after_first_step(plan: Any, position: runs.Position, model: Any, say: Callable[[str], None],
+                         observers: list[Callable[[], None]]) -> None:
+    """Adds this rank's kept states once the resumed epoch's first step has run (a step observer among
+    `observers`, leaving them once done), where some were kept at `position` for this number of ranks."""
     if position.step == 0 or not applies(plan):
-        return None
+        return
     kept = rank_state.own(plan.checkpoint_dir, position, plan.rank, plan.size, FOLDER)
     if kept is None:
         say("the interrupted epoch's metric states were not kept for this number of ranks: its logs count the "
             "steps since the resume only")
-        return None
-    pending = [kept]
+        return
 
     def add_kept() -> None:
-        if not pending:
-            return
-        values, states = pending.pop(), variables(model)
-        if len(values) == len(states):
-            for state, value in zip(states, values):
+        observers.remove(add_kept)
+        states = variables(model)
+        if len(kept) == len(states):
+            for state, value in zip(states, kept):
                 _local(state).assign_add(value.astype(state.dtype.as_numpy_dtype))
 
-    return add_kept
+    observers.append(add_kept)
 
 
 def _local(variable: Any) -> Any:

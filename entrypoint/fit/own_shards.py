@@ -135,7 +135,7 @@ def kept(engine: Any, arguments: dict, note: Any, distrain_splits: bool) -> tupl
 def _keep_the_workers_split(engine: Any, arguments: dict, differ: tuple[bool, bool], note: Any) -> None:
     """Under MWM: the inputs that differ between the workers made never to be auto-sharded (numpy arrays first
     made each worker's own dataset of global batches)."""
-    if engine.strategy is None or not any(differ):
+    if not engine.shards_input_itself() or not any(differ):
         return
     import tensorflow as tf
 

@@ -10,6 +10,7 @@ copies are averaged (what the epoch's end would have done), said in one line.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import re
@@ -97,12 +98,9 @@ def own(state_dir: str, position: runs.Position, rank: int, size: int, folder: s
     return _load(path) if os.path.exists(path) else None
 
 
-def local_values(variables: list, tf: Any, mwm: bool) -> list[np.ndarray]:
-    """The variables' values on this rank, with no collective: under MWM tf_keras' ON_READ variables read their
-    local copy (compat/adopt.local_reads), as the chief's checkpoint write does."""
-    if not mwm:
-        return [v.numpy() for v in variables]
-    from ..compat.adopt import local_reads
-
-    with local_reads(tf):
+def local_values(variables: list, tf: Any, local_reads: Callable[[], contextlib.AbstractContextManager]) -> list[
+        np.ndarray]:
+    """The variables' values on this rank, with no collective: within `local_reads` (Engine.local_reads) tf_keras'
+    ON_READ variables under MWM read their local copy, as the chief's checkpoint write does."""
+    with local_reads():
         return [tf.identity(v).numpy() for v in variables]

@@ -27,7 +27,6 @@ from .. import runs
 from ..engines import Engine
 from ..errors import EnvironmentProblem
 from ..log import get as log
-from ..plan import Plan
 
 CHIEF_SAVE_WAIT_SECONDS = 1800.0  # how long another rank waits for the chief's save of the same call (large models)
 POLL_SECONDS = (0.02, 0.5)  # the first and the longest pause between two looks at the chief's record
@@ -91,8 +90,8 @@ class ScriptSaves:
             save(model, path, *args, **kwargs)
             return
         with distrains_own():  # what this save calls is not counted again
-            plan = self.engine.plan
-            self._written_once(os.fspath(path), lambda p: write_complete(plan, model, p, save, *args, **kwargs),
+            engine = self.engine
+            self._written_once(os.fspath(path), lambda p: write_complete(engine, model, p, save, *args, **kwargs),
                                os.path.exists)
 
     def write_checkpoint(self, prefix: str, write: Callable[[str], Any]) -> Any:
@@ -102,7 +101,7 @@ class ScriptSaves:
             return write(prefix)
         with distrains_own():
             def written(path: str) -> Any:
-                with local_reads_for(self.engine.plan):
+                with self.engine.local_reads():
                     return write(path)
 
             found = self._written_once(prefix, written, lambda path: os.path.exists(path + ".index"))
@@ -168,10 +167,10 @@ def save_model(engine: Engine, model: Any, path: str | os.PathLike, save: Callab
     """Save so that only the chief's complete copy ever appears at `path`. The chief is rank 0 now (engine.rank:
     under Horovod elastic a survivor can become rank 0 after a reset)."""
     if engine.rank == 0:
-        write_complete(engine.plan, model, os.fspath(path), save, *args, **kwargs)
+        write_complete(engine, model, os.fspath(path), save, *args, **kwargs)
 
 
-def write_complete(plan: Plan, model: Any, path: str, save: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+def write_complete(engine: Engine, model: Any, path: str, save: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
     """Write through a temporary sibling and a rename, so that `path` holds the previous save or this one, whole.
     A TensorFlow checkpoint prefix (tf_keras' save_weights without .h5) is several files: written in place."""
     parent = os.path.dirname(os.path.abspath(path))
@@ -180,7 +179,7 @@ def write_complete(plan: Plan, model: Any, path: str, save: Callable[..., Any], 
     in_place = not suffix_known and getattr(save, "__name__", "") == "save_weights"
     tmp = path if in_place else temp_sibling(path, "tmp")
     try:
-        with local_reads_for(plan):
+        with engine.local_reads():  # a chief's save joins no collective
             save(model, tmp, *args, **kwargs)
         if not in_place:
             replace_atomically(tmp, path)
@@ -284,18 +283,7 @@ def distrains_own() -> Iterator[None]:
         _saving.active = before
 
 
-def save_weights_locally(plan: Plan, model: Any, path: str) -> None:
-    """The chief's model.save_weights, with no collective for the other ranks to join (see local_reads_for)."""
-    with local_reads_for(plan), distrains_own():
+def save_weights_locally(engine: Engine, model: Any, path: str) -> None:
+    """The chief's model.save_weights, with no collective for the other ranks to join (Engine.local_reads)."""
+    with engine.local_reads(), distrains_own():
         model.save_weights(path)
-
-
-def local_reads_for(plan: Plan) -> Any:
-    """Under MWM, read ON_READ variables locally while saving (see compat/adopt.local_reads)."""
-    if plan.mode != "mwm" or plan.size < 2:
-        return contextlib.nullcontext()
-    import tensorflow as tf
-
-    from ..compat.adopt import local_reads
-
-    return local_reads(tf)

@@ -105,7 +105,7 @@ class TrainingPosition:
         self.steps += batch - self.batch
         self.calls += 1
         self.batch = batch
-        for observer in self.observers:
+        for observer in tuple(self.observers):  # an observer may leave once done (epoch_metrics')
             observer()
 
 

@@ -11,12 +11,8 @@ the same model and the chief's epoch-end checkpoint holds everyone's state. With
 own: a checkpoint written mid-epoch keeps every rank's copy beside it (rank_state.py), and a resume there gives
 each rank its own back.
 
-Custom loops written for Horovod (`hvd.DistributedGradientTape`, `hvd.broadcast_variables(model.variables)`, a
-rank-0 save, as Horovod's TF2 examples do) have no epoch end distrain sees and save on rank 0 alone, which can
-join no collective: `average_moving_statistics_in_custom_loops` averages the model's moving statistics in each
-step's gradient call instead, where every rank is. The moving averages are linear in the batch statistics, so
-averaging them every step gives what averaging once at the end would; they are tiny beside the gradients and
-Horovod fuses their all-reduce with the gradients'.
+Custom loops written for Horovod have no epoch end distrain sees: compat/horovod_loop_statistics.py averages
+their moving statistics in each step's gradient call instead.
 """
 
 from __future__ import annotations
@@ -29,13 +25,11 @@ from ..compat.keras3_horovod import tf_variables
 from ..log import get as log
 from . import rank_state
 
-MOVING_STATISTICS = ("moving_mean", "moving_variance")  # BatchNormalization's, in tf_keras and Keras 3
-
 
 def make_callback(keras: Any, tf: Any, engine: Any, plan: Any, broadcasts: tuple = ()) -> Any:
     """plan: this fit's (its checkpoint directory: runner._stage_plan); broadcasts: this fit's Horovod broadcast
     callbacks (distrain's, the script's)."""
-    logic = AverageNonTrainableStateUnderHorovod if engine.hvd is not None else AverageNonTrainableState
+    logic = KeptOutOfBroadcasts if broadcasts else AverageNonTrainableState
     callback = type(logic.__name__, (logic, keras.callbacks.Callback), {})  # the Keras family setup chose
     return callback(tf, engine, plan, engine.averager(), broadcasts)
 
@@ -89,7 +83,7 @@ class AverageNonTrainableState:
         variables = _state(self.model)
         if variables and self.plan.checkpoint_dir:
             rank_state.save(self.plan.checkpoint_dir, position, self.engine.rank, self.engine.size,
-                            rank_state.local_values(variables, self.tf, mwm=self.engine.hvd is None))
+                            rank_state.local_values(variables, self.tf, self.engine.local_reads))
 
     def restore_own(self, position: runs.Position) -> None:
         """After the checkpoint at `position` was restored (checkpoint.py's `after_restore`)."""
@@ -119,58 +113,11 @@ class AverageNonTrainableState:
             rank_state.remove(self.plan.checkpoint_dir, self.engine.rank)
 
 
-class AverageNonTrainableStateUnderHorovod(AverageNonTrainableState):
+class KeptOutOfBroadcasts(AverageNonTrainableState):
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        # Horovod's broadcast callback asks for batch hooks anyway; no batch hook under MWM
+        # Horovod's broadcast callback asks for batch hooks anyway; no batch hook where nothing broadcasts
         if not self._kept_out:
             self.keep_out_of_broadcasts()
-
-
-def average_moving_statistics_in_custom_loops(hvd: Any, tf: Any) -> bool:
-    """Make `hvd.DistributedGradientTape(tape).gradient(loss, model.trainable_variables)` also average the moving
-    statistics of that model, found among the variables the script broadcast (`hvd.broadcast_variables(
-    model.variables, 0)`, which Horovod's examples require for correctness anyway). True if installed."""
-    if getattr(hvd, "_distrain_loop_statistics", False):
-        return False
-    broadcast, make_tape = hvd.broadcast_variables, hvd.DistributedGradientTape
-    broadcast_groups: dict[tuple, list] = {}
-
-    def broadcast_variables(variables: Any, root_rank: int, *args: Any, **kwargs: Any) -> Any:
-        variables = list(variables)
-        broadcast_groups.setdefault(tuple(id(v) for v in tf_variables(variables)), variables)
-        return broadcast(variables, root_rank, *args, **kwargs)
-
-    def statistics_of(sources: Any) -> list:
-        """The moving statistics broadcast together with `sources` (the same model's), as tf.Variables."""
-        sources = {id(v) for v in tf_variables(list(sources))}
-        for ids, variables in broadcast_groups.items():
-            if sources & set(ids):
-                return [v for v in tf_variables(variables) if v.dtype.is_floating and not v.trainable
-                        and v.name.split(":")[0].rsplit("/", 1)[-1] in MOVING_STATISTICS]
-        return []
-
-    def distributed_gradient_tape(gradtape: Any, *args: Any, **kwargs: Any) -> Any:
-        tape = make_tape(gradtape, *args, **kwargs)
-        gradient = tape.gradient
-
-        def gradient_and_statistics(target: Any, sources: Any, *a: Any, **k: Any) -> Any:
-            grads = gradient(target, sources, *a, **k)
-            statistics = statistics_of(sources) if isinstance(sources, (list, tuple)) else []
-            if statistics:
-                values = hvd.grouped_allreduce([tf.identity(v) for v in statistics], op=hvd.Average,
-                                               name="distrain_moving_statistics")
-                for variable, value in zip(statistics, values):
-                    variable.assign(value)
-            return grads
-
-        # patch: sync.loop_statistics
-        tape.gradient = gradient_and_statistics
-        return tape
-
-    # patch: sync.loop_statistics
-    hvd.broadcast_variables, hvd.DistributedGradientTape = broadcast_variables, distributed_gradient_tape
-    hvd._distrain_loop_statistics = True
-    return True
 
 
 BATCH_LOG_HOOKS = ("on_train_batch_end", "on_batch_end")  # a callback with one reads every batch's logs

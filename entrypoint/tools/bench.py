@@ -77,10 +77,10 @@ def run_bench(engine: Engine, config: BenchConfig, baseline: dict | None = None)
     if config.mixed_precision:
         keras.mixed_precision.set_global_policy("mixed_float16")
     strategy = engine.strategy or tf.distribute.get_strategy()
-    replicas = engine.size if engine.hvd is not None else strategy.num_replicas_in_sync
+    replicas = engine.replicas
     global_batch = config.batch_per_replica * replicas
-    # what fit() receives is the global batch under tf.distribute (split across replicas), one rank's under Horovod
-    fed_batch = config.batch_per_replica if engine.hvd is not None else global_batch
+    # what fit() receives: the global batch under tf.distribute (split across replicas), one rank's under Horovod
+    fed_batch = engine.batch_fit_receives(global_batch)
     images = tf.random.uniform((fed_batch, size, size, 3), seed=engine.rank)
     labels = tf.random.uniform((fed_batch,), maxval=classes, dtype=tf.int32, seed=engine.rank)
     options = tf.data.Options()
