@@ -10,8 +10,11 @@ every rank's own (rank_state.py) and the resume gives each rank its own back."""
 
 import itertools
 import json
+import os
 import re
 import shutil
+import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,7 +22,7 @@ import numpy as np
 import pytest
 
 from entrypoint.runs import newest_checkpoint
-from helpers import DISTRAIN, FULL_TIER, KERAS_FAMILIES, MPIRUN, ROOT, clean_env, keras_env, run, run_once
+from helpers import DISTRAIN, FULL_TIER, KERAS_FAMILIES, MPIRUN, ROOT, Watched, clean_env, keras_env, run, run_once
 
 SCRIPT = str(ROOT / "tests" / "integration" / "scripts" / "exact_resume.py")
 LAUNCHERS = {
@@ -381,3 +384,53 @@ def test_distrain_trains_the_orders_plain_keras_trains(tmp_path, data, family):
     assert plain.returncode == 0, plain.stdout[-3000:]
     assert train(LAUNCHERS["single"], tmp_path / "a", tmp_path / "state", family, data).returncode == 0
     assert trained_ids(tmp_path / "a") == trained_ids(tmp_path / "plain")
+
+
+# what a write in flight leaves in the chief's directory, and what makes the first checkpoint complete: Keras 3's
+# temporary weights file (distrain renames it, then writes the record), tf_keras' CheckpointManager's temporary
+# directory (TensorFlow merges it into ckpt-N.index and .data, then distrain writes the position)
+WRITE_IN_FLIGHT = {"keras3": (".tmp-*.weights.h5", "ckpt-1.json", "ckpt-2.json"),
+                   "legacy": ("ckpt-2_temp/*tempstate*", "ckpt-1.position", "ckpt-2.index")}
+
+
+@pytest.mark.parametrize("family", KERAS_FAMILIES)
+def test_a_kill_during_a_checkpoint_write_leaves_the_previous_one_whole(tmp_path, kept_runs, family):
+    """SIGKILL (the OOM killer, a node's end) while the chief writes a checkpoint: a timed checkpoint every 3 steps of
+    a 44 MB model (weights and Adam's state), the process group killed the moment the chief's temporary file of its
+    second checkpoint appears, before it becomes a checkpoint. The first checkpoint is whole: the rerun resumes from
+    it and ends with the weights of the run never stopped, bit for bit. (A kill that came after the write had ended
+    proves nothing: tried again, up to 3 times.) Negative control, by hand: Keras 3's record written before its
+    weights, the rerun fails on the second checkpoint."""
+    launcher, wide = LAUNCHERS["single"], ("--wide", "370000")
+    in_flight, first, second = WRITE_IN_FLIGHT[family]
+    a = never_stopped(kept_runs, launcher, family, args=wide)
+    for attempt in range(3):
+        out, state = tmp_path / f"b{attempt}", tmp_path / f"state-b{attempt}"
+        out.mkdir()
+        proc = Watched([*launcher, SCRIPT, "--input", "numpy", "--out", str(out), *wide],
+                       keras_env(family, DISTRAIN_OUTPUT_DIR=str(state), DISTRAIN_CHECKPOINT_EVERY="3"))
+        writing = _a_write_in_flight(state, in_flight, first, proc, timeout=180)
+        os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.wait(timeout=60) == -signal.SIGKILL
+        chief = next(state.glob("runs/*/chief"))
+        if writing.exists() and not (chief / second).exists():  # killed mid-write
+            break
+    else:
+        pytest.fail("in 3 runs every kill came after the write had ended")
+    resumed = train(launcher, out, state, family, args=wide, DISTRAIN_CHECKPOINT_EVERY="3")
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert "at epoch 1, step 4 (" in resumed.stdout, resumed.stdout[-3000:]  # ckpt-1: after step 3
+    assert np.array_equal(np.load(a / "weights.npy"), np.load(out / "weights.npy"))
+
+
+def _a_write_in_flight(state: Path, in_flight: str, first: str, proc: Watched, timeout: float) -> Path:
+    """Polled every millisecond: a file of the chief's second checkpoint being written, the first complete."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for chief in state.glob("runs/*/chief"):
+            found = next(chief.glob(in_flight), None)
+            if found is not None and (chief / first).exists():
+                return found
+        assert proc.proc.poll() is None, proc.output[-3000:]
+        time.sleep(0.001)
+    pytest.fail(f"no second checkpoint within {timeout:.0f} s: {proc.output[-3000:]}")

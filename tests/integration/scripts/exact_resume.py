@@ -46,6 +46,9 @@ parser.add_argument("--early-stopping", action="store_true",
                     help="EarlyStopping(monitor='loss', patience=2, restore_best_weights=True): its min_delta of 10 "
                          "counts only the first epoch as an improvement, so the third's end restores the first's "
                          "weights; and a batch hook of the script's own recording every call")
+parser.add_argument("--wide", type=int, default=0,
+                    help="a hidden Dense layer of this many units after the first (370000: about 44 MB of weights and "
+                         "Adam's state, a checkpoint whose write takes long enough to be killed in)")
 parser.add_argument("--own-backup", action="store_true",
                     help="the script's own BackupAndRestore into DIR/backup (the Keras guides' fault tolerance)")
 args = parser.parse_args()
@@ -139,7 +142,8 @@ class RecordBatchEnds(tf.keras.callbacks.Callback):
 
 normalize = [tf.keras.layers.BatchNormalization()] if args.batch_norm else []
 shape = [] if args.no_input_shape else [tf.keras.layers.Input((5,))]
-model = tf.keras.Sequential([*shape, RecordIds(), tf.keras.layers.Dense(8, activation="relu"), *normalize,
+wide = [tf.keras.layers.Dense(args.wide, activation="relu")] if args.wide else []
+model = tf.keras.Sequential([*shape, RecordIds(), tf.keras.layers.Dense(8, activation="relu"), *normalize, *wide,
                              tf.keras.layers.Dense(1)])
 model.compile(optimizer=tf.keras.optimizers.Adam(0.01), loss=tf.keras.losses.BinaryCrossentropy(from_logits=True),
               steps_per_execution=args.steps_per_execution)
