@@ -243,6 +243,7 @@ PATCHES: tuple[Patch, ...] = (
         "tf_keras.src.distribute.worker_training_state:WorkerTrainingState()._ckpt_saved_epoch",
         "tf_keras.src.distribute.worker_training_state:WorkerTrainingState()._ckpt_saved_batch?",
         "tf_keras.src.distribute.worker_training_state:WorkerTrainingState().read_checkpoint_manager",
+        "tf_keras.src.distribute.worker_training_state:WorkerTrainingState().write_checkpoint_manager",
         "tensorflow.python.checkpoint.checkpoint_management:CheckpointManager()._max_to_keep"), "tf_keras",
        _LEGACY),
     _p("tf_keras_alias.keras_is_tf_keras", "`import keras` gives the loaded tf_keras modules", "replaces",

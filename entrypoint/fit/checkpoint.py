@@ -12,12 +12,10 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import glob
 import json
 import os
 import shutil
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
@@ -26,7 +24,7 @@ from .. import runs, workdirs
 from ..log import get as log
 from ..plan import Plan
 from ..runs import checkpoint_number, newest_checkpoint
-from . import callback_state, epoch_metrics
+from . import callback_state, checkpoint_files, epoch_metrics
 from .saves import distrains_own, remove_path
 
 if TYPE_CHECKING:
@@ -171,15 +169,30 @@ class TfKerasBackup:
             return
         if self._batch_begun is not None:
             self._training_state._ckpt_saved_batch.assign(self._batch_begun)  # as tf_keras' own hook left it
+        manager = self._training_state.write_checkpoint_manager
+
+        def write() -> None:  # distrain's records first: the checkpoint is complete once TensorFlow's index is there
+            # patch: checkpoint.tf_keras_backup
+            # numbered save_counter + 1; the counter made on first use, within the local reads (MWM: no broadcast)
+            coming = os.path.join(manager.directory, f"ckpt-{int(manager.checkpoint.save_counter.numpy()) + 1}")
+            os.makedirs(manager.directory, mode=0o700, exist_ok=True)
+            runs.write_position(coming, self._position, _input_record(self.hooks, self._position))
+            callback_state.write(coming, self.script_callbacks, self.logged)
+            super(TfKerasBackup, self)._backup(epoch=epoch, batch=batch)
+
         with self.hooks.local_reads(), distrains_own():  # its CheckpointManager's save is not the script's
-            self.written = _write_guarded(lambda: super(TfKerasBackup, self)._backup(epoch=epoch, batch=batch),
-                                          self.chief_dir, self.hooks.wrote)
+            self.written = checkpoint_files.write_guarded(write, self.chief_dir, self.hooks.wrote)
         if self.written:
-            if newest := newest_checkpoint(self.chief_dir):
-                runs.write_position(newest, self._position, _input_record(self.hooks, self._position))
-                callback_state.write(newest, self.script_callbacks, self.logged)
-                _drop_orphan_sidecars(self.chief_dir)
+            checkpoint_files.drop_orphan_sidecars(self.chief_dir)
             workdirs.make_tree_private(self.backup_dir)  # TensorFlow writes with the umask: make it 0600/0700
+
+    def _restore_the_newest(self) -> None:
+        """A kill after TensorFlow wrote ckpt-N but before its CheckpointManager recorded it leaves N complete (its
+        index and distrain's records) and the record naming N-1, or none: tf_keras restored that one, where
+        distrain's position is N's. Every rank restores N then, as the position says."""
+        newest, manager = newest_checkpoint(self.chief_dir), self._training_state.read_checkpoint_manager
+        if newest and os.path.basename(manager.latest_checkpoint or "") != os.path.basename(newest):
+            manager.checkpoint.restore(newest)
 
     def _restore_guarded(self, begin: Callable[..., Any]) -> None:
         # patch: checkpoint.tf_keras_backup
@@ -192,9 +205,10 @@ class TfKerasBackup:
                 if newest is None:
                     raise
                 log().warning(f"checkpoint {newest} is unreadable ({type(exc).__name__}); falling back")
-                _drop_checkpoint(self.chief_dir, newest)
+                checkpoint_files.drop_checkpoint(self.chief_dir, newest)
                 if self.hooks.exact:  # tf_keras' own counters follow the previous one; the positioned input does not
                     self.hooks.stop_for_rerun(_set_aside(self.plan))
+        self._restore_the_newest()
         epoch = int(self._training_state._ckpt_saved_epoch.numpy())
         if epoch < 0:
             return
@@ -269,7 +283,7 @@ class Keras3Backup:
                 break
             except Exception as exc:  # noqa: BLE001 - h5py/json/Keras raise many types for a bad file
                 log().warning(f"checkpoint {newest} is unreadable ({type(exc).__name__}); falling back")
-                _drop_checkpoint(self.chief_dir, newest)
+                checkpoint_files.drop_checkpoint(self.chief_dir, newest)
                 # fit was started at the newest one's epoch (first_epoch): a rerun starts at the previous one's
                 self.hooks.stop_for_rerun(_set_aside(self.plan))
         callback_state.restore(newest, self.script_callbacks)
@@ -319,7 +333,7 @@ class Keras3Backup:
             finally:
                 remove_path(tmp)
 
-        if not _write_guarded(write, self.chief_dir, self.hooks.wrote):
+        if not checkpoint_files.write_guarded(write, self.chief_dir, self.hooks.wrote):
             return False
         for old in sorted(glob.glob(os.path.join(self.chief_dir, "ckpt-*.json")), key=checkpoint_number)[:-2]:
             for path in glob.glob(old[: -len(".json")] + ".*"):
@@ -382,64 +396,9 @@ def _restored_at(backup: Any, position: runs.Position) -> None:
     epoch_metrics.add_after_first_step(backup.plan, position, backup.model, say, backup.hooks.position.observers)
 
 
-def _drop_orphan_sidecars(chief_dir: str) -> None:
-    """What distrain wrote beside a tf_keras checkpoint its CheckpointManager has since deleted (the position, the
-    callbacks' state, EarlyStopping's best weights: a model's size each)."""
-    for path in glob.glob(os.path.join(chief_dir, "ckpt-*.*")):
-        prefix = path[: path.index(".", len(chief_dir) + 1)]
-        if not glob.glob(prefix + ".index"):
-            remove_path(path)
-
-
 def _set_aside(plan: Plan) -> str:
     """Why an attempt stops when the newest checkpoint is unreadable: the fit was started for it (the positioned
     input, resume.py; Keras 3's first epoch) and the previous one starts elsewhere. Rather than train from the
     wrong batch, the rerun starts the fit for the previous one."""
     return (f"the newest checkpoint in {plan.checkpoint_dir} was unreadable and is set aside; rerun to resume "
             "exactly from the previous one")
-
-
-def _drop_checkpoint(directory: str, prefix: str) -> None:
-    """Move a bad checkpoint aside and point the index at the newest remaining one."""
-    for path in glob.glob(prefix + ".*"):
-        os.replace(path, path + ".corrupt")
-    remaining = newest_checkpoint(directory)
-    index = os.path.join(directory, "checkpoint")
-    if remaining is None:
-        remove_path(index)
-        return
-    name = os.path.basename(remaining)
-    with open(index + ".tmp", "w") as handle:
-        handle.write(f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n')
-    os.replace(index + ".tmp", index)
-
-
-def _write_guarded(write: Callable[[], Any], chief_dir: str, wrote: Callable[[float], None] | None) -> bool:
-    """Run the chief's checkpoint write (`wrote` told how long it took); if it fails (a full disk, a quota), remove
-    what it left half-written in `chief_dir`, say so in one line and go on training: the previous checkpoint is
-    untouched. True if written."""
-    existing = set(glob.glob(os.path.join(chief_dir, "ckpt-*")))
-    try:
-        started = time.monotonic()
-        write()
-        if wrote is not None:
-            wrote(time.monotonic() - started)
-        return True
-    except Exception as exc:  # noqa: BLE001 - OSError, h5py's and TensorFlow's own errors for ENOSPC/EDQUOT
-        for path in set(glob.glob(os.path.join(chief_dir, "ckpt-*"))) - existing:
-            remove_path(path)
-        previous = newest_checkpoint(chief_dir)
-        log().warning(f"checkpoint not written ({why(exc)}): "
-                      + (f"the previous one ({previous}) stays; " if previous else "no earlier checkpoint; ")
-                      + "training goes on: free space in the checkpoint directory")
-        return False
-
-
-def why(exc: BaseException) -> str:
-    """The reason a write failed in a few words: h5py and TensorFlow bury strerror in a long message."""
-    text = getattr(exc, "strerror", None) or str(exc)
-    for known in (os.strerror(errno.ENOSPC), os.strerror(errno.EDQUOT), os.strerror(errno.EACCES),
-                  os.strerror(errno.EROFS)):
-        if known in text:
-            return known
-    return text.splitlines()[0][:160] if text else type(exc).__name__

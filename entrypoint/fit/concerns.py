@@ -15,7 +15,7 @@ from .. import runs
 from ..engines import Engine
 from ..log import configure as configure_log
 from ..log import get as log
-from . import batches, checkpoint, resume, saves, stages, stalls, steps, stop_cost, stopping, sync
+from . import batches, checkpoint, checkpoint_files, resume, saves, stages, stalls, steps, stop_cost, stopping, sync
 
 
 def restore_finished_stage(engine: Engine, keras: Any, stage: Any, stage_number: int, model: Any, arguments: dict,
@@ -33,8 +33,8 @@ def record_stage(engine: Engine, stage: Any, stage_number: int, model: Any, hist
         stages.record(stage.checkpoint_dir, history, signature, engine.rank,
                       lambda path: saves.save_weights_locally(engine, model, path), plan.family.end_weights)
     except Exception as exc:  # noqa: BLE001 - OSError, h5py's and TensorFlow's own errors for a full disk
-        log().warning(f"fit {stage_number}'s end state was not recorded ({checkpoint.why(exc)}): a rerun trains it "
-                      "again")
+        log().warning(f"fit {stage_number}'s end state was not recorded ({checkpoint_files.why(exc)}): a rerun "
+                      "trains it again")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -434,3 +434,30 @@ def _a_write_in_flight(state: Path, in_flight: str, first: str, proc: Watched, t
         assert proc.proc.poll() is None, proc.output[-3000:]
         time.sleep(0.001)
     pytest.fail(f"no second checkpoint within {timeout:.0f} s: {proc.output[-3000:]}")
+
+
+@pytest.mark.parametrize(("stop_at", "record"), [("2:5", "the previous one"), ("1:2", "none")])
+def test_a_checkpoint_tensorflow_wrote_but_never_recorded_is_the_one_resumed(tmp_path, kept_runs, stop_at, record):
+    """tf_keras: a kill after TensorFlow wrote ckpt-N (its index, after distrain's records) but before its
+    CheckpointManager recorded it leaves the record naming N-1, or no record at all for a first checkpoint. Made here
+    by stopping (exit 75: the stop's checkpoint N written) and putting the record back. The rerun resumes from N,
+    where distrain's position is, and ends with the weights of the run never stopped. Negative control, by hand:
+    without `_restore_the_newest` tf_keras restored N-1's weights (or none) under N's position: other weights."""
+    launcher, family = LAUNCHERS["single"], "legacy"
+    a = never_stopped(kept_runs, launcher, family)
+    out, state = tmp_path / "b", tmp_path / "state-b"
+    timed = {} if record == "none" else {"DISTRAIN_CHECKPOINT_EVERY": "3"}  # none: the stop's is the first
+    stopped = train(launcher, out, state, family, STOP_AT=stop_at, DISTRAIN_STOP_CHECK_SECONDS="0", **timed)
+    assert stopped.returncode == 75, stopped.stdout[-3000:]
+    chief = next(state.glob("runs/*/chief"))
+    numbers = sorted(int(p.name[len("ckpt-"):-len(".index")]) for p in chief.glob("ckpt-*.index"))
+    if record == "none":
+        assert numbers == [1]
+        (chief / "checkpoint").unlink()
+    else:
+        assert len(numbers) == 2
+        name = f"ckpt-{numbers[0]}"
+        (chief / "checkpoint").write_text(f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n')
+    resumed = train(launcher, out, state, family, **timed)
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert np.array_equal(np.load(a / "weights.npy"), np.load(out / "weights.npy"))
