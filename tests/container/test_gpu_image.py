@@ -6,6 +6,7 @@ neither in CI's tier nor in --full."""
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -23,7 +24,6 @@ from container_fixtures import (
     the_readmes_first_step,
 )
 from helpers import (
-    ROOT,
     TEST_USER,
     USERS_PIP_CACHE,
     account_exists,
@@ -81,6 +81,12 @@ def gpu_sif(docker):
     shutil.rmtree(work, ignore_errors=True)
 
 
+def as_the_account(args: list[str], image: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`args` as the account that built `image`, as it would check and run its own image; stderr after stdout."""
+    out = as_the_user(shlex.join(args), image.parent, the_accounts_env(), timeout)
+    return subprocess.CompletedProcess(out.args, out.returncode, out.stdout + out.stderr)
+
+
 def test_the_pypi_flavour_is_tensorflow_221_built_with_cuda_and_horovod_with_nccl(gpu_sif):
     image, build_log = gpu_sif
     checks = [line for line in build_log.splitlines() if line.startswith("image/install.sh: ")]
@@ -93,7 +99,7 @@ def test_the_pypi_flavour_is_tensorflow_221_built_with_cuda_and_horovod_with_ncc
     assert re.search(r"Horovod links libnccl\.so\.2 => /usr/local/lib/python3\.11/dist-packages/horovod/tensorflow/"
                      r"\.\./\.\./nvidia/nccl/lib/libnccl\.so\.2 ", build_log), checks
 
-    doctor = sh(["apptainer", "run", "--env", "DISTRAIN_REQUIRE_GPU=0", str(image), "doctor"], timeout=300)
+    doctor = as_the_account(["apptainer", "run", "--env", "DISTRAIN_REQUIRE_GPU=0", str(image), "doctor"], image)
     print(doctor.stdout)
     assert doctor.returncode == 0, doctor.stdout[-3000:]
     assert re.search(r"^tensorflow: 2\.21\.0 \(CUDA build: True, CUDA 12\.\d+\.\d+, cuDNN 9\)$", doctor.stdout, re.M)
@@ -102,9 +108,9 @@ def test_the_pypi_flavour_is_tensorflow_221_built_with_cuda_and_horovod_with_ncc
     assert re.search(r"^keras: keras 3\.15\.1$", doctor.stdout, re.M)
     assert re.search(r"^horovod: 0\.28\.1 \(tensorflow: yes, mpi: yes, gloo: yes, nccl: yes, 2\.\d+\.\d+\)$",
                      doctor.stdout, re.M), doctor.stdout
-    labels = sh(["apptainer", "inspect", str(image)]).stdout
+    labels = as_the_account(["apptainer", "inspect", str(image)], image).stdout
     assert "distrain.flavour: pypi" in labels
-    wheelhouse_left = sh(["apptainer", "exec", str(image), "ls", "/opt/distrain"]).stdout.split()
+    wheelhouse_left = as_the_account(["apptainer", "exec", str(image), "ls", "/opt/distrain"], image).stdout.split()
     assert "wheelhouse" not in wheelhouse_left  # installed from, not shipped
 
 
@@ -112,9 +118,10 @@ def test_the_pypi_flavour_trains_on_cpu_with_both_keras_families(gpu_sif):
     """The same image on a node without a GPU (DISTRAIN_REQUIRE_GPU=0): Keras 3 and tf_keras train."""
     image, _ = gpu_sif
     for family in ("keras3", "legacy"):
-        out = sh(["apptainer", "run", "--env", "DISTRAIN_REQUIRE_GPU=0", "--env", f"DISTRAIN_KERAS={family}",
-                  "--bind", f"{ROOT}/examples:/examples", str(image), "/examples/train.py", "--epochs", "2"],
-                 timeout=600)
+        examples = image.parent / "distrain" / "examples"  # the account's copy
+        out = as_the_account(["apptainer", "run", "--env", "DISTRAIN_REQUIRE_GPU=0", "--env",
+                              f"DISTRAIN_KERAS={family}", "--bind", f"{examples}:/examples", str(image),
+                              "/examples/train.py", "--epochs", "2"], image, timeout=600)
         assert out.returncode == 0, out.stdout[-3000:]
         assert_trained_in_sync(out.stdout, workers=1)
 
