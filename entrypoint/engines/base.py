@@ -116,10 +116,14 @@ class Engine:
     def install_script_fixes(self) -> None:
         """The mode's fixes for what a script does itself (Horovod's TensorFlow API under Keras 3, its save
         options' devices), before it runs."""
-        if self.plan.script_uses_horovod_tf and not self.plan.family.horovod_keras_api:
+        if self.uses_horovods_tensorflow_api() and not self.plan.family.horovod_keras_api:
             from ..compat import keras3_horovod
 
             keras3_horovod.hand_tf_variables_to_horovods_api(self.keras, self.plan.is_chief)
+
+    def uses_horovods_tensorflow_api(self) -> bool:
+        """Whether Horovod's TensorFlow API will be handed Keras' variables: where the script calls it itself."""
+        return self.plan.script_uses_horovod_tf
 
     def strategy_in_use(self) -> Any:
         """The tf.distribute strategy the script's model is built under: TensorFlow's default one here."""

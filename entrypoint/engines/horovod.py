@@ -191,17 +191,17 @@ class HorovodEngine(Engine):
         adopt.zero_code_horovod_updates(self.plan, self.size)
 
     def install_script_fixes(self) -> None:
-        """Keras 3 variables for Horovod's TensorFlow API; a custom loop's moving statistics averaged."""
-        if not self.plan.family.horovod_keras_api:
-            from ..compat import keras3_horovod
-
-            keras3_horovod.hand_tf_variables_to_horovods_api(self.keras, self.plan.is_chief)
+        """Keras 3 variables for Horovod's TensorFlow API (the base's); a custom loop's moving statistics averaged."""
+        super().install_script_fixes()
         if self.size > 1 and self.plan.script_uses_horovod_tf:
             import horovod.tensorflow as hvd_tf
 
             from ..compat import horovod_loop_statistics
 
             horovod_loop_statistics.install(hvd_tf, self.tf)
+
+    def uses_horovods_tensorflow_api(self) -> bool:
+        return True  # zero-code Horovod drives Keras 3 through it (compat/keras3_horovod.py)
 
     def broadcast_callbacks(self, callbacks: list) -> tuple:
         return tuple(c for c in callbacks if hasattr(c, "register_local_var"))

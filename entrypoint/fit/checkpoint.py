@@ -186,13 +186,14 @@ class TfKerasBackup:
             checkpoint_files.drop_orphan_sidecars(self.chief_dir)
             workdirs.make_tree_private(self.backup_dir)  # TensorFlow writes with the umask: make it 0600/0700
 
-    def _restore_the_newest(self) -> None:
+    def _restore_the_newest(self) -> str | None:
         """A kill after TensorFlow wrote ckpt-N but before its CheckpointManager recorded it leaves N complete (its
         index and distrain's records) and the record naming N-1, or none: tf_keras restored that one, where
-        distrain's position is N's. Every rank restores N then, as the position says."""
+        distrain's position is N's. Every rank restores N then, as the position says. Returns the newest."""
         newest, manager = newest_checkpoint(self.chief_dir), self._training_state.read_checkpoint_manager
         if newest and os.path.basename(manager.latest_checkpoint or "") != os.path.basename(newest):
             manager.checkpoint.restore(newest)
+        return newest
 
     def _restore_guarded(self, begin: Callable[..., Any]) -> None:
         # patch: checkpoint.tf_keras_backup
@@ -208,11 +209,10 @@ class TfKerasBackup:
                 checkpoint_files.drop_checkpoint(self.chief_dir, newest)
                 if self.hooks.exact:  # tf_keras' own counters follow the previous one; the positioned input does not
                     self.hooks.stop_for_rerun(_set_aside(self.plan))
-        self._restore_the_newest()
+        restored = self._restore_the_newest() or ""
         epoch = int(self._training_state._ckpt_saved_epoch.numpy())
         if epoch < 0:
             return
-        restored = newest_checkpoint(self.chief_dir) or ""
         callback_state.restore(restored, self.script_callbacks)
         self.earlier = callback_state.logged_before(restored)
         self.logged = self.earlier.copy()
