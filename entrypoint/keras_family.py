@@ -199,17 +199,12 @@ def _tf_keras_first(source: str, versions: Mapping[str, str]) -> bool:
 
 def horovod_use(source: str) -> dict[str, bool]:
     """The Plan's fields on the script's own Horovod: `script_uses_horovod` (any part of it: its Keras API, its
-    TensorFlow API; it averages what it means to) and `script_uses_horovod_tf` (uses_horovod_tensorflow)."""
+    TensorFlow API; it averages what it means to) and `script_uses_horovod_tf` (`import horovod.tensorflow`, `from
+    horovod.tensorflow import ...`, `from horovod import tensorflow`: then, with Keras 3, compat/keras3_horovod
+    adapts it, whatever the mode; a Horovod script also runs as one process)."""
     modules = imported_modules(source)
     return {"script_uses_horovod": _imports(modules, "horovod"),
-            "script_uses_horovod_tf": "horovod.tensorflow" in modules}  # as uses_horovod_tensorflow, one parse
-
-
-def uses_horovod_tensorflow(source: str) -> bool:
-    """The script imports Horovod's TensorFlow API itself (`import horovod.tensorflow`, `from horovod.tensorflow
-    import ...`, `from horovod import tensorflow`): then, with Keras 3, compat/keras3_horovod adapts it, whatever
-    the mode (a Horovod script also runs as one process)."""
-    return "horovod.tensorflow" in imported_modules(source)
+            "script_uses_horovod_tf": "horovod.tensorflow" in modules}
 
 
 def choose(env: Mapping[str, str], source: str, versions: Mapping[str, str]) -> tuple[str, str]:

@@ -35,15 +35,4 @@ def engine_class(plan: Plan) -> type[Engine]:
 def build(plan: Plan, tf, before_distributing: Callable[[Any, int], Any] | None = None) -> Engine:  # noqa: ANN001
     """The engine of this plan (tf: the tensorflow module). `before_distributing(dataset, replicas)`: what the
     strategy, if any, does to every dataset it distributes first (fit/batches.before_distributing)."""
-    if plan.mode == "horovod":
-        from . import horovod
-
-        hvd = horovod.init(plan, tf)
-        # elastic: Horovod's driver handles a lost worker, and the ranks change after each reset
-        return horovod.HorovodEngine(plan, hvd=hvd, peers=() if plan.elastic else horovod.liveness_addresses(hvd))
-    if plan.mode in ("mwm", "mirrored"):
-        from . import strategy
-
-        return strategy.StrategyEngine(plan, strategy=strategy.build(plan, tf, before_distributing),
-                                       peers=plan.cluster if plan.mode == "mwm" else ())
-    return Engine(plan)  # single: TensorFlow's default strategy, zero overhead
+    return engine_class(plan).create(plan, tf, before_distributing)

@@ -31,6 +31,11 @@ class Engine:
     def fix_libraries(cls, plan: Plan, tf: Any) -> None:
         """After TensorFlow is imported, before the engine is built: the mode's fixes of Keras (compat/)."""
 
+    @classmethod
+    def create(cls, plan: Plan, tf: Any, before_distributing: Callable[[Any, int], Any] | None = None) -> Engine:
+        """The engine of `plan` (engines.build): single is TensorFlow's default strategy, zero overhead."""
+        return cls(plan)
+
     @property
     def rank(self) -> int:
         return self.plan.rank

@@ -81,6 +81,12 @@ class HorovodEngine(Engine):
     def check_installed(cls) -> None:
         check_installed()
 
+    @classmethod
+    def create(cls, plan: Plan, tf: Any, before_distributing: Callable[[Any, int], Any] | None = None) -> Engine:
+        hvd = init(plan, tf)
+        # elastic: Horovod's driver handles a lost worker, and the ranks change after each reset
+        return cls(plan, hvd=hvd, peers=() if plan.elastic else liveness_addresses(hvd))
+
     @property
     def rank(self) -> int:
         return int(self.hvd.rank())

@@ -20,6 +20,11 @@ from .base import Engine
 
 class StrategyEngine(Engine):
     @classmethod
+    def create(cls, plan: Plan, tf: Any, before_distributing: Callable[[Any, int], Any] | None = None) -> Engine:
+        return cls(plan, strategy=build(plan, tf, before_distributing),
+                   peers=plan.cluster if plan.mode == "mwm" else ())
+
+    @classmethod
     def fix_libraries(cls, plan: Plan, tf: Any) -> None:
         """Keras 3's distributed fit and saving (compat/keras3_mwm.py, keras3_saving.py), tf_keras' own steps
         (compat/tf_keras_mwm.py), where there are several replicas."""
