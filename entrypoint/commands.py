@@ -174,6 +174,9 @@ def _run_and_record_the_end(plan: Any, path: str, args: list[str]) -> None:
             sys.stderr.write(f"{plan.line_prefix}distrain: error: {lost}\n")  # which survivor, in a job log
             sys.stdout.flush()
             sys.stderr.flush()
+            from .fit.checkpoint_snapshot import finish_writes
+
+            finish_writes()  # the checkpoint being written ends whole first
             os._exit(EXIT_WORKER_FAILED)
         from .container_paths import outside
         from .endings import one_line

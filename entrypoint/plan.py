@@ -50,6 +50,7 @@ class Plan:
     checkpoint_dir: str | None = None
     checkpoint_owned_from: str | None = None  # a default location: checked like ~/.ssh before use (workdirs)
     checkpoint_every: int = 0
+    checkpoint_async: bool = True  # Keras 3: written by a thread from a snapshot (fit/checkpoint_snapshot.py)
     checkpoint_minutes: float = settings.default("DISTRAIN_CHECKPOINT_MINUTES")  # also after this long (0: off)
     checkpoint_dir_named: bool = False  # DISTRAIN_CHECKPOINT_DIR: the user's own directory
     checkpoint_chosen_by: str = ""  # why there (workdirs.chosen_by): the run's first line says it
@@ -265,7 +266,8 @@ def _environment_effects(env: Mapping[str, str], mode: str, keras: str, devices:
 
 
 def _timers(env: Mapping[str, str]) -> dict[str, float | int | None]:
-    """The run's timers and counts, each checked (a bad value is one ConfigError line)."""
+    """The run's timers and counts, and how checkpoints are written, each checked (a bad value is one ConfigError
+    line)."""
     every = _int(env, "DISTRAIN_CHECKPOINT_EVERY") or 0
     if every < 0:
         raise ConfigError("DISTRAIN_CHECKPOINT_EVERY must be a number of steps >= 0")
@@ -275,6 +277,7 @@ def _timers(env: Mapping[str, str]) -> dict[str, float | int | None]:
         raise ConfigError("DISTRAIN_MAX_RESTARTS must be a number of restarts >= 0")
     return {
         "checkpoint_every": every,
+        "checkpoint_async": _flag(env, "DISTRAIN_CHECKPOINT_ASYNC", default=True),
         "checkpoint_minutes": settings.number(env, "DISTRAIN_CHECKPOINT_MINUTES"),
         "stop_check_seconds": settings.number(env, "DISTRAIN_STOP_CHECK_SECONDS"),  # 0: every step
         "stall_seconds": settings.number(env, "DISTRAIN_STALL_SECONDS"),

@@ -103,8 +103,10 @@ def describe_stop_cost(cost: dict) -> str:
     lead, writes = cost.get("lead_seconds"), cost.get("checkpoint_writes") or []
     typical = f" (a write {statistics.median(writes[1:]):.2f} s, the first {writes[0]:.2f} s with Keras' " \
               "warm-up)" if len(writes) > 1 else ""
+    blocks = cost.get("checkpoint_blocked") or []  # the first apart too: it carries the warm-up
+    held = f", training held {statistics.median(blocks[1:] or blocks):.2f} s by each" if blocks else ""
     return (f"an epoch's end up to {cost.get('epoch_end_seconds', 0):.1f} s (validation, callbacks, checkpoint), "
-            f"a checkpoint up to {cost.get('checkpoint_seconds', 0):.1f} s{typical}"
+            f"a checkpoint up to {cost.get('checkpoint_seconds', 0):.1f} s{typical}{held}"
             + (f"; the job's signal lead {lead:.0f} s" if lead else ""))
 # A finished run keeps no checkpoint to resume from (fit/stages.py): its command, run again, trains it again.
 RERUN_OF_FINISHED = "nothing to resume: it finished; its command, run again, trains it again from the start"

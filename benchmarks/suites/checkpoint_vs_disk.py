@@ -9,6 +9,8 @@ pair reported apart (Keras' save warm-up). Per size: `write_ratio`, distrain's w
 median of the per-repetition ratios, with their lowest and highest); `blocked_ratio`, the training time the
 checkpoint blocked (the pause between the steps around it less the median pause) over the raw write; the
 milliseconds per MB of each. The 100 MB model also under MWM x2 and Horovod x2 (the chief writes; its figures).
+Each single-process size twice, side by side: written off the training's path (the default) and in place
+(DISTRAIN_CHECKPOINT_ASYNC=0, the rows named "in place").
 Goal (#87): write_ratio <= 1.2 and blocked_ratio <= 0.1 for each size and mode.
 """
 
@@ -32,13 +34,14 @@ def spread(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def measure(launcher: list[str], mb: float, reps: int) -> dict:
+def measure(launcher: list[str], mb: float, reps: int, in_background: bool = True) -> dict:
     """One run of the worker with reps + 1 checkpoints: the first pair apart, then the ratios."""
     with tempfile.TemporaryDirectory(prefix="distrain-ckptdisk-") as state:
         found, _ = bench_line([*launcher, SCRIPT, "--mb", str(mb), "--checkpoints", str(reps + 1),
                                "--every", str(EVERY)], tag="CKPTDISK",
                               extra_env={"DISTRAIN_CHECKPOINT": "1", "DISTRAIN_OUTPUT_DIR": state,
-                                         "DISTRAIN_CHECKPOINT_EVERY": str(EVERY)})
+                                         "DISTRAIN_CHECKPOINT_EVERY": str(EVERY),
+                                         "DISTRAIN_CHECKPOINT_ASYNC": "1" if in_background else "0"})
     raw, blocked, written = found["raw_s"], found["blocked_s"], found["distrain_s"]
     pairs = min(len(raw), len(blocked), len(written))
     if pairs < 2:
@@ -58,7 +61,8 @@ def measure(launcher: list[str], mb: float, reps: int) -> dict:
 def run(options: Options) -> dict:
     sizes = {"1 MB": 1} if options.smoke else SIZES_MB
     reps = max(2, options.reps) if not options.smoke else 1
-    rows = [{"name": f"{name}, single", **measure(MODES["single"], mb, reps)} for name, mb in sizes.items()]
+    rows = [{"name": f"{name}, single{'' if behind else ', in place'}", **measure(MODES["single"], mb, reps, behind)}
+            for name, mb in sizes.items() for behind in (True, False)]
     middle = "1 MB" if options.smoke else "100 MB"
     modes = ("mwm x2",) if options.smoke else ("mwm x2", "horovod x2")  # CI's smoke: each way the chief writes
     rows += [{"name": f"{middle}, {mode}", **measure(MODES[mode], sizes[middle], reps)} for mode in modes]

@@ -8,10 +8,14 @@ disk's own speed, as a careful program writes). So the two writes alternate in o
 
 What a checkpoint blocks: the training pauses between a step's end (this script's batch-end hook, which Keras
 runs before distrain's backup writes) and the next step's start; at a checkpoint's step that pause holds the
-write, elsewhere only the hooks. blocked = that pause minus the median pause of the steps without one. Prints one
-line, `CKPTDISK {"state_mb", "raw_s": [...], "blocked_s": [...], "pause_s", "step_s", "distrain_s": [...]}`:
-each raw write's seconds, each checkpoint's blocked seconds, the median pause and step, and distrain's own record
-of each write (stop-cost.json's checkpoint_writes: the first carries Keras' save warm-up).
+checkpoint (the write, or with DISTRAIN_CHECKPOINT_ASYNC=1 its snapshot), elsewhere only the hooks; and the step
+after a snapshot copies the variables it updates (copy on write, fit/checkpoint_snapshot.py). blocked = that pause
+minus the median pause of the steps without one, plus that next step minus the median step. The raw write waits
+for distrain's write in flight first (apart from both: the two writes never share the disk). Prints one line,
+`CKPTDISK {"state_mb", "raw_s": [...], "blocked_s": [...], "pause_s", "step_s", "distrain_s": [...]}`: each raw
+write's seconds, each checkpoint's blocked seconds, the median pause and step, and distrain's own record of each
+write (stop-cost.json's checkpoint_writes, each from its start to its fsync and rename: the first carries Keras'
+save warm-up).
 """
 
 import argparse
@@ -24,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 import entrypoint as dt
+from entrypoint.fit.checkpoint_snapshot import finish_writes
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--mb", type=float, default=10.0, help="weights and Adam's two slots, megabytes")
@@ -75,6 +80,7 @@ class Timing(tf.keras.callbacks.Callback):
         if self.ended is not None:
             self.pauses[batch - 1] = now - self.ended
             if batch % args.every == 0 and chief:  # distrain wrote after the previous step: the raw write, apart
+                finish_writes()
                 self.raw.append(raw_write())
         self.begun = time.perf_counter()
 
@@ -89,9 +95,11 @@ if not chief:
     raise SystemExit(0)
 due = {step for step in timing.pauses if (step + 1) % args.every == 0}
 quiet = statistics.median(pause for step, pause in timing.pauses.items() if step not in due)
+step = statistics.median(timing.steps[i] for i in range(len(timing.steps)) if i - 1 not in due)
+blocked = [timing.pauses[i] - quiet + timing.steps[i + 1] - step for i in sorted(due) if i + 1 < len(timing.steps)]
 with open(os.path.join(state_dir, "stop-cost.json")) as kept:
     written = json.load(kept).get("checkpoint_writes", [])
 state_mb = sum(a.nbytes for a in state_arrays()) / 1e6
 print("CKPTDISK " + json.dumps({
-    "state_mb": state_mb, "raw_s": timing.raw, "blocked_s": [timing.pauses[step] - quiet for step in sorted(due)],
-    "pause_s": quiet, "step_s": statistics.median(timing.steps), "distrain_s": written}), flush=True)
+    "state_mb": state_mb, "raw_s": timing.raw, "blocked_s": blocked, "pause_s": quiet, "step_s": step,
+    "distrain_s": written}), flush=True)

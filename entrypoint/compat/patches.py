@@ -110,6 +110,11 @@ PATCHES: tuple[Patch, ...] = (
        "workers' collectives mismatched (Keras 3.3 builds them once a process)",
        (f"{_SAVING}:get_attr_skiplist(obj_type)|{_SAVING}:get_attr_skipset(obj_type)",), "keras", _K3,
        STRATEGY_MODES),
+    _p("checkpoint_snapshot.h5_store", "Keras' weights-file store, while a checkpoint's snapshot is taken: a "
+       "recorder of the groups and arrays save_weights gives it, replayed into Keras' own store by the writer",
+       "replaces", "call", "checkpoints off the training's path (#87); the file is the one save_weights writes",
+       (f"{_SAVING}:H5IOStore", f"{_SAVING}:H5IOStore.make(self,path)", f"{_SAVING}:save_weights_only(model,filepath)"),
+       "keras", _K3),
     _p("epoch_iterators.keras3", "how many iterators fit makes of a dataset each epoch (its source)",
        "reads", "process", "#69: Keras 3.15 draws two orders of a seeded reshuffle an epoch, distrain's one drew one",
        ("keras.src.trainers.epoch_iterator:EpochIterator._enumerate_iterator(self)?",), "keras", _K3),

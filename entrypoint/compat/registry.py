@@ -13,6 +13,7 @@ without the other.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import importlib.util
@@ -30,7 +31,8 @@ from .patches import ALL_MODES, BY_NAME, PATCHES, PROVEN, Patch
 _NAMES = {"tensorflow": "TensorFlow", "keras": "Keras", "tf_keras": "tf_keras", "horovod": "Horovod",
           "python": "Python"}
 
-__all__ = ["ALL_MODES", "BY_NAME", "PATCHES", "PROVEN", "Patch", "check", "moved", "replace", "report", "verify"]
+__all__ = ["ALL_MODES", "BY_NAME", "PATCHES", "PROVEN", "Patch", "check", "moved", "replace", "replaced", "report",
+           "verify"]
 _REPLACED_BY = "_distrain_replaced_by"  # on a replacement: its entry's name (a second install finds it there)
 
 
@@ -39,16 +41,22 @@ def _names(spelled: str) -> set[str]:
     return {alternative.split("(")[0].removeprefix("tf_") for alternative in spelled.rstrip("?").split("|")}
 
 
-def replace(entries: str | tuple[str, ...], spelled: str, make: Callable[[Any], Any]) -> targets.Target | None:
-    """Set the first alternative of `spelled` that exists here to `make(original)`, once a process; None where
-    none exists (verify has refused a library that should have it). `spelled` must be among the targets of the
-    entry (of one of the `entries`, one per Keras family): distrain's own bug otherwise, said before anything is
-    replaced."""
+def _declared(entries: str | tuple[str, ...], spelled: str) -> str:
+    """The entry among `entries` (one per Keras family) whose targets include `spelled`: distrain's own bug
+    otherwise, said before anything is replaced."""
     names = (entries,) if isinstance(entries, str) else entries
     entry = next((name for name in names
                   if _names(spelled) <= set().union(*(_names(t) for t in BY_NAME[name].targets))), None)
     if entry is None:
         raise AssertionError(f"{spelled} is among the targets of none of {names}: declare it in compat/patches.py")
+    return entry
+
+
+def replace(entries: str | tuple[str, ...], spelled: str, make: Callable[[Any], Any]) -> targets.Target | None:
+    """Set the first alternative of `spelled` that exists here to `make(original)`, once a process; None where
+    none exists (verify has refused a library that should have it). `spelled` must be among the targets of the
+    entry (of one of the `entries`)."""
+    entry = _declared(entries, spelled)
     found = targets.first(spelled)
     if found is None:
         return None
@@ -58,6 +66,24 @@ def replace(entries: str | tuple[str, ...], spelled: str, make: Callable[[Any], 
         setattr(replacement, _REPLACED_BY, entry)
         setattr(found.owner, found.attribute, replacement)
     return found
+
+
+@contextlib.contextmanager
+def replaced(entry: str, spelled: str, replacement: Any) -> Iterator[Any]:
+    """Within: the first alternative of `spelled` (among `entry`'s targets) is `replacement`; yields the original
+    (None where no alternative exists, and nothing is replaced). A call's lifetime, on the calling thread's
+    watch: no other thread should reach the target meanwhile."""
+    _declared(entry, spelled)
+    found = targets.first(spelled)
+    if found is None:
+        yield None
+        return
+    original = getattr(found.owner, found.attribute)
+    setattr(found.owner, found.attribute, replacement)
+    try:
+        yield original
+    finally:
+        setattr(found.owner, found.attribute, original)
 
 
 def _resolve(spec: str, family: str) -> tuple[Any, list[str]]:

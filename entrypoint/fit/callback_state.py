@@ -19,6 +19,7 @@ import json
 import math
 import numbers
 import os
+from collections.abc import Callable
 from typing import Any
 
 KEPT = {  # class name (in the callback's MRO) -> the attributes that decide what it does next
@@ -85,15 +86,24 @@ def snapshot(callbacks: list) -> list[dict]:
 
 
 def write(checkpoint_prefix: str, callbacks: list, logged: EpochLogs | None = None) -> None:
+    capture(callbacks, logged)(checkpoint_prefix)
+
+
+def capture(callbacks: list, logged: EpochLogs | None = None) -> Callable[[str], None]:
+    """The callbacks' state read now, written by the function returned beside a checkpoint (a writer thread's)."""
     from ..runs import write_private_json
 
     state = snapshot(callbacks)
     best = [c.best_weights for c in callbacks if _kind(c) == "EarlyStopping" and getattr(c, "best_weights", None)]
-    if best:
-        _write_arrays(checkpoint_prefix + BEST_WEIGHTS, best[0])
-    if state or logged is not None:
-        write_private_json(checkpoint_prefix + SUFFIX, {"callbacks": state,
-                                                        "history": logged.as_json() if logged else {}})
+    history = logged.copy().as_json() if logged is not None else None  # Keras replaces best_weights, never edits it
+
+    def write_beside(checkpoint_prefix: str) -> None:
+        if best:
+            _write_arrays(checkpoint_prefix + BEST_WEIGHTS, best[0])
+        if state or history is not None:
+            write_private_json(checkpoint_prefix + SUFFIX, {"callbacks": state, "history": history or {}})
+
+    return write_beside
 
 
 def _write_arrays(path: str, arrays: list) -> None:

@@ -16,6 +16,7 @@ import glob
 import json
 import os
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
@@ -24,7 +25,7 @@ from .. import runs, workdirs
 from ..log import get as log
 from ..plan import Plan
 from ..runs import checkpoint_number, newest_checkpoint
-from . import callback_state, checkpoint_files, epoch_metrics
+from . import callback_state, checkpoint_files, checkpoint_snapshot, epoch_metrics
 from .saves import distrains_own, remove_path
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ class BackupHooks:
     before_write: Callable[[runs.Position], None] | None = None
     after_restore: Callable[[runs.Position], None] | None = None
     wrote: Callable[[float], None] | None = None  # told how long each write took (stop_cost.py)
+    blocked: Callable[[float], None] | None = None  # told how long each checkpoint held the training
     local_reads: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext  # Engine.local_reads
 
     @property
@@ -60,7 +62,7 @@ class Backup(Protocol):
 
     def first_epoch(self, script_initial_epoch: int) -> int: ...
 
-    def save_now(self) -> str | None: ...
+    def save_now(self, then: Callable[[str], None] | None = None) -> str | None: ...
 
 
 def make_backup_callback(plan: Plan, keras: Any, stage: int, script_callbacks: tuple,
@@ -223,8 +225,15 @@ class TfKerasBackup:
             at = position.describe(self.stage) if position else f"the end of epoch {epoch + 1}"
             log().info(f"resumed from checkpoint in {self.chief_dir}: training goes on at {at}")
 
-    def save_now(self) -> str | None:
-        """Write a checkpoint now (a signal, a timed checkpoint); say where a resume starts, None if it failed."""
+    def save_now(self, then: Callable[[str], None] | None = None) -> str | None:
+        """Write a checkpoint now (a signal, a timed checkpoint); say where a resume starts, None if it failed;
+        `then(where)` once it is written (tf_keras' is written in place: before this returns)."""
+        where = self._save_now()
+        if where is not None and then is not None:
+            then(where)
+        return where
+
+    def _save_now(self) -> str | None:
         position = self.hooks.position
         epoch, batch = position.epoch, position.batch
         if self.save_freq == "epoch" and not self.hooks.exact:
@@ -245,9 +254,10 @@ class Keras3Backup:
     """distrain's backup-and-restore for Keras 3 (mixed into its Callback class by `make_backup_callback`), whose
     own BackupAndRestore writes one file from every worker at once, not atomically, and keeps no older copy to
     fall back to. Same layout and rules as the tf_keras one: `<dir>/chief/ckpt-N.weights.h5` (weights and
-    optimizer state) + `ckpt-N.json` (epochs done), written by the chief only (temp + rename), the last two kept,
-    an unreadable newest one moved aside. Resume is at an epoch start: with DISTRAIN_CHECKPOINT_EVERY, an
-    interrupted epoch restarts with its partial progress."""
+    optimizer state) + `ckpt-N.json` (epochs done), written by the chief only (temp + rename), off the training's
+    path (checkpoint_snapshot.py; a stop's waited for), the last two kept, an unreadable newest one moved aside.
+    Resume is at an epoch start: with DISTRAIN_CHECKPOINT_EVERY, an interrupted epoch restarts with its partial
+    progress."""
 
     def __init__(self, plan: Plan, stage: int, script_callbacks: tuple, hooks: BackupHooks) -> None:
         super().__init__()
@@ -258,6 +268,7 @@ class Keras3Backup:
         self._due = False  # DISTRAIN_CHECKPOINT_EVERY steps passed since the last timed checkpoint
         self.hooks = hooks
         self.logged, self.earlier = callback_state.EpochLogs(), callback_state.EpochLogs()
+        self.writer = checkpoint_snapshot.Writer(in_background=plan.checkpoint_async)
 
     def first_epoch(self, script_initial_epoch: int) -> int:
         """The epochs the newest checkpoint has done, as fit's `initial_epoch` (Keras' `self._initial_epoch or
@@ -302,54 +313,80 @@ class Keras3Backup:
             self._save(runs.Position(epoch + 1), averaged=True)  # sync.py's callback averaged just before
 
     def on_train_end(self, logs: Any = None) -> None:
+        self._waited()
         self.earlier.put_before(getattr(self.model, "history", None))
         epoch_metrics.remove(self.plan)
         if self.plan.is_chief:
             shutil.rmtree(self.chief_dir, ignore_errors=True)
 
-    def _save(self, position: runs.Position, averaged: bool = False) -> bool:
+    def _save(self, position: runs.Position, averaged: bool = False, wait: bool = False,
+              then: Callable[[], None] | None = None) -> bool:
+        """A checkpoint at `position`: its snapshot now, its file written by the writer (checkpoint_snapshot.py),
+        waited for with `wait` (a stop), `then()` once written; False if it is known to have failed."""
         if self.hooks.before_write is not None and not averaged:
             self.hooks.before_write(position)  # every rank is here: a timed checkpoint, a stop
         if self.hooks.exact:
             epoch_metrics.save(self.plan, position, self.model, self.hooks.local_reads)
         if not self.plan.is_chief:
             return True  # the chief reads locally: nothing collective for the others to join
-        os.makedirs(self.chief_dir, mode=0o700, exist_ok=True)
+        started = time.monotonic()
+        self._waited()  # one write in flight: the one before ends first
         newest = newest_checkpoint(self.chief_dir)
-        number = checkpoint_number(newest) + 1 if newest else 1
-        prefix = os.path.join(self.chief_dir, f"ckpt-{number}")
+        prefix = os.path.join(self.chief_dir, f"ckpt-{checkpoint_number(newest) + 1 if newest else 1}")
+        with self.hooks.local_reads(), distrains_own():
+            weights = checkpoint_snapshot.take(self.model)
+        records, input_record = callback_state.capture(self.script_callbacks, self.logged), _input_record(
+            self.hooks, position)
 
         def write() -> None:
+            os.makedirs(self.chief_dir, mode=0o700, exist_ok=True)
             tmp = os.path.join(self.chief_dir, f".tmp-{os.getpid()}.weights.h5")
             try:
-                with self.hooks.local_reads(), distrains_own():
-                    self.model.save_weights(tmp)
+                weights.write(tmp)
                 os.replace(tmp, prefix + ".weights.h5")
-                runs.write_position(prefix, position, _input_record(self.hooks, position))
-                callback_state.write(prefix, self.script_callbacks, self.logged)
+                runs.write_position(prefix, position, input_record)
+                records(prefix)
                 with open(prefix + ".json.tmp", "w") as handle:
                     json.dump({"epochs_done": position.epoch}, handle)
                 os.replace(prefix + ".json.tmp", prefix + ".json")  # last: without it there is no checkpoint
             finally:
                 remove_path(tmp)
 
-        if not checkpoint_files.write_guarded(write, self.chief_dir, self.hooks.wrote):
-            return False
-        for old in sorted(glob.glob(os.path.join(self.chief_dir, "ckpt-*.json")), key=checkpoint_number)[:-2]:
-            for path in glob.glob(old[: -len(".json")] + ".*"):
-                remove_path(path)
-        workdirs.make_tree_private(self.chief_dir)
-        return True
+        def write_and_tidy() -> float | None:
+            began = time.monotonic()
+            if not checkpoint_files.write_guarded(write, self.chief_dir, None):
+                return None
+            for old in sorted(glob.glob(os.path.join(self.chief_dir, "ckpt-*.json")), key=checkpoint_number)[:-2]:
+                for path in glob.glob(old[: -len(".json")] + ".*"):
+                    remove_path(path)
+            workdirs.make_tree_private(self.chief_dir)
+            seconds = time.monotonic() - began
+            if then is not None:
+                then()
+            return seconds
 
-    def save_now(self) -> str | None:
+        self.writer.start(write_and_tidy)
+        if self.hooks.blocked is not None:
+            self.hooks.blocked(time.monotonic() - started)
+        return self._waited() if wait else True
+
+    def _waited(self) -> bool:
+        """Wait for the write in flight, its time told (stop_cost.py); False if a write since the last wait failed."""
+        done = self.writer.wait()
+        for seconds in done:
+            if seconds is not None and self.hooks.wrote is not None:
+                self.hooks.wrote(seconds)
+        return None not in done
+
+    def save_now(self, then: Callable[[str], None] | None = None) -> str | None:
+        """A checkpoint now, saying where a resume from it starts: a stop's waited for (None if it failed); with
+        `then`, written in the background where the plan says so, `then(where)` once it is."""
         position = self.hooks.position
-        if self.hooks.exact:
-            after = position.after()
-            return after.describe(self.stage) if self._save(after) else None
-        epoch = position.epoch
-        if not self._save(runs.Position(epoch)):
-            return None
-        return f"the start of epoch {epoch + 1}, with its partial progress"
+        after = position.after() if self.hooks.exact else runs.Position(position.epoch)
+        where = after.describe(self.stage) if self.hooks.exact else \
+            f"the start of epoch {position.epoch + 1}, with its partial progress"
+        written = self._save(after, wait=then is None, then=None if then is None else lambda: then(where))
+        return where if written else None
 
 
 class Keras3TimedBackup(Keras3Backup):

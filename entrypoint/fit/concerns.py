@@ -82,13 +82,13 @@ def compose_callbacks(engine: Engine, keras: Any, tf: Any, stage: Any, stage_num
         training.epoch_observers.append(position.script_input.epoch_began)
     plan = engine.plan
     cost = stop_cost.StopCost(plan.checkpoint_dir if plan.is_chief else None, plan.stop_lead_seconds,
-                              plan.stop_check_seconds, log().warning)
+                              plan.stop_check_seconds, log().warning, writes_behind=plan.checkpoint_async)
     if checkpoints:
         own = (average.save_own, average.restore_own) if average is not None else (None, None)
         backup = checkpoint.make_backup_callback(
             stage, keras, stage_number, tuple(user),
             checkpoint.BackupHooks(training, stopping.stop_for_rerun, position, *own, wrote=cost.wrote,
-                                   local_reads=engine.local_reads))
+                                   blocked=cost.blocked, local_reads=engine.local_reads))
         script_epoch = int(arguments.get("initial_epoch") or 0)
         if (first := backup.first_epoch(script_epoch)) != script_epoch:  # fit's own argument, set only to resume
             arguments["initial_epoch"] = first

@@ -40,6 +40,7 @@ from .. import endings
 from ..errors import EXIT_WORKER_FAILED
 from ..plan import Plan
 from ..runs import write_private_json
+from . import checkpoint_snapshot
 
 if TYPE_CHECKING:
     from .steps import TrainingPosition
@@ -184,6 +185,7 @@ def _report_and_exit(plan: Plan, progress: Progress, waited: float) -> None:
     if plan.checkpoint_dir:
         endings.ended(plan.checkpoint_dir, plan.rank, EXIT_WORKER_FAILED, f"stalled at {step}: {verdict}",
                       endings.KIND_STALL)
+    checkpoint_snapshot.finish_writes()
     os._exit(EXIT_WORKER_FAILED)
 
 

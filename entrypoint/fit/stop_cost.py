@@ -5,9 +5,10 @@ validation, the script's epoch-end callbacks, the epoch's checkpoint; elsewhere 
 measured here, the longest of each kept in the run's state (`stop-cost.json`, shown by `distrain runs show`),
 with this attempt's checkpoint writes in order (the first carries Keras' save warm-up; benchmarks read them). The
 rule: the signal lead must exceed the agreement on the stop (DISTRAIN_STOP_CHECK_SECONDS) plus the longest epoch
-end (its checkpoint included). A job declares its lead (DISTRAIN_STOP_LEAD, set by jobs/lib.sh from the job file's
-STOP_LEAD beside its `--signal` line); the chief warns once when the measured cost exceeds it: then the kill comes
-before the checkpoint and the stop costs the epoch.
+end (its checkpoint included), plus one write where a checkpoint may still be in flight (Keras 3's, written off
+the training's path: the stop's own waits for it). A job declares its lead (DISTRAIN_STOP_LEAD, set by jobs/lib.sh
+from the job file's STOP_LEAD beside its `--signal` line); the chief warns once when the measured cost exceeds it:
+then the kill comes before the checkpoint and the stop costs the epoch.
 """
 
 from __future__ import annotations
@@ -25,17 +26,19 @@ WRITES_KEPT = 64  # checkpoint writes recorded per attempt (the longest is alway
 
 
 class StopCost:
-    """Told of every step's end (steps.ObservesSteps), every checkpoint write (BackupHooks.wrote) and every epoch's
-    end after all other callbacks (the fit hook's last callback)."""
+    """Told of every step's end (steps.ObservesSteps), every checkpoint's write and the time it held the training
+    (BackupHooks.wrote, .blocked) and every epoch's end after all other callbacks (the fit hook's last callback)."""
 
     def __init__(self, state_dir: str | None, lead: float | None, agree_seconds: float,
-                 warn: Callable[[str], None]) -> None:
+                 warn: Callable[[str], None], writes_behind: bool = False) -> None:
         self.path = os.path.join(state_dir, FILE) if state_dir else None
         self.lead, self.agree_seconds, self.warn = lead, agree_seconds, warn
         self.known = read(state_dir) if state_dir else {}  # an earlier attempt's longest: still this run's cost
         self.last_step: float | None = None
         self.warned = False
         self.writes: list[float] = []  # this attempt's checkpoint writes, seconds, in order (the first WRITES_KEPT)
+        self.blocks: list[float] = []  # how long each held the training (its snapshot; the write too, in place)
+        self.writes_behind = writes_behind  # a write may be in flight when a stop comes: it waits for it
 
     def step_ended(self) -> None:
         self.last_step = time.monotonic()
@@ -45,6 +48,11 @@ class StopCost:
             self.writes.append(round(seconds, 4))
             self.known = {**self.known, "checkpoint_writes": self.writes}
         self._keep("checkpoint_seconds", seconds, always=len(self.writes) <= WRITES_KEPT)
+
+    def blocked(self, seconds: float) -> None:
+        if len(self.blocks) < WRITES_KEPT:
+            self.blocks.append(round(seconds, 4))
+            self.known = {**self.known, "checkpoint_blocked": self.blocks}
 
     def epoch_ended(self) -> None:
         if self.last_step is not None:
@@ -61,7 +69,8 @@ class StopCost:
 
     def _judge(self) -> None:
         epoch_end = self.known.get("epoch_end_seconds", 0.0)
-        needed = self.agree_seconds + max(epoch_end, self.known.get("checkpoint_seconds", 0.0))
+        write = self.known.get("checkpoint_seconds", 0.0)
+        needed = self.agree_seconds + max(epoch_end, write) + (write if self.writes_behind else 0.0)
         if self.warned or self.lead is None or needed <= self.lead:
             return
         self.warned = True

@@ -24,6 +24,7 @@ from .. import descendants, endings, startup_stop
 from ..errors import EXIT_PREEMPTED
 from ..log import filter_processes
 from ..plan import Plan
+from . import checkpoint_snapshot
 
 STOP_INPUT_WAIT_SECONDS = 10.0  # no step for this long after a stop signal, waiting on a pool: the input is lost
 POLL_SECONDS = 0.5
@@ -79,4 +80,5 @@ def _stop_now(plan: Plan, signame: str, quiet: float) -> None:
     if plan.checkpoint_dir:
         endings.ended(plan.checkpoint_dir, plan.rank, EXIT_PREEMPTED, why, endings.KIND_STOPPED)
     descendants.kill_all(filter_processes())
+    checkpoint_snapshot.finish_writes()
     os._exit(EXIT_PREEMPTED)

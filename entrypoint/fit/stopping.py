@@ -190,10 +190,14 @@ class AgreedStop:
             self._timed_checkpoint()
 
     def _timed_checkpoint(self) -> None:
-        where = self.backup.save_now()
+        minutes = self.plan.checkpoint_minutes
+
+        def said(where: str) -> None:  # once written (Keras 3's: off the training's path, a stop's waits for it)
+            if self.plan.is_chief:
+                log().info(f"timed checkpoint (every {minutes:g} min): resumes at {where}")
+
+        self.backup.save_now(then=said)
         self.saved_at = time.monotonic()
-        if where and self.plan.is_chief:
-            log().info(f"timed checkpoint (every {self.plan.checkpoint_minutes:g} min): resumes at {where}")
 
     def _stop(self) -> None:
         plan, backup = self.plan, self.backup

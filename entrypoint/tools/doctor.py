@@ -63,14 +63,15 @@ def _doctor_host(plan: Plan | None, problems: list[str]) -> None:
         pass
     typer.echo(_container_tools())
     from ..gpus import gpu_device_files
-    from .hostcheck import driver_lines, shared_memory
+    from .hostcheck import checkpoint_memory, driver_lines, shared_memory
 
     visible = plan.gpus_visible if plan else ()
     lines, warnings = driver_lines(visible, os.environ.get("CUDA_VISIBLE_DEVICES"), gpu_device_files())
     line, warning = shared_memory(len(visible))
-    for text in [*lines, line]:
+    snapshot_line, snapshot_warning = checkpoint_memory(plan.checkpoint_async if plan else True)
+    for text in [*lines, line, snapshot_line]:
         typer.echo(text)
-    for text in [*warnings, *([warning] if warning else [])]:
+    for text in [*warnings, *([warning] if warning else []), *([snapshot_warning] if snapshot_warning else [])]:
         typer.echo(f"warning: {text}")
     typer.echo(SECURITY_LINE)
 

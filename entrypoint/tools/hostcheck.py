@@ -12,6 +12,7 @@ import subprocess
 from dataclasses import dataclass
 
 SHM_NEEDED = 1 << 30  # 1 GiB: comfortably above what NCCL's buffers take for 8 GPUs
+SNAPSHOT_MEMORY = 8 << 30  # host memory available below which a large model's checkpoint snapshot may not fit
 
 
 def shared_memory(gpus: int, path: str = "/dev/shm") -> tuple[str, str | None]:
@@ -25,6 +26,25 @@ def shared_memory(gpus: int, path: str = "/dev/shm") -> tuple[str, str | None]:
     if gpus > 1 and size < SHM_NEEDED:
         return line, (f"{path} is only {size / 2**20:.0f} MiB for {gpus} GPUs: NCCL between them needs more; "
                       "with Docker add --shm-size=1g (or --ipc=host)")
+    return line, None
+
+
+def checkpoint_memory(in_background: bool, meminfo: str = "/proc/meminfo") -> tuple[str, str | None]:
+    """Keras 3's checkpoints written off the training's path hold one copy of the model's weights and optimizer
+    state in host memory while they are written (fit/checkpoint_snapshot.py): the memory there is for it."""
+    if not in_background:
+        return "checkpoints: written in place (DISTRAIN_CHECKPOINT_ASYNC=0)", None
+    try:
+        with open(meminfo) as handle:
+            available = next(int(line.split()[1]) << 10 for line in handle if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return "checkpoints: Keras 3's written off the training's path (host memory unknown)", None
+    line = (f"checkpoints: Keras 3's written off the training's path, a copy of the model's state in host memory "
+            f"while each is written ({available / 2**30:.1f} GiB available)")
+    if available < SNAPSHOT_MEMORY:
+        return line, (f"only {available / 2**30:.1f} GiB of host memory available: a checkpoint in flight holds a "
+                      "copy of the model's weights and optimizer state (3x the weights with Adam); for a model near "
+                      "that size set DISTRAIN_CHECKPOINT_ASYNC=0")
     return line, None
 
 

@@ -15,9 +15,12 @@ class Backup:
     def __init__(self, position, save_freq="epoch"):
         self.position, self.save_freq, self.saved = position, save_freq, []
 
-    def save_now(self):
+    def save_now(self, then=None):
         self.saved.append((self.position.epoch, self.position.batch))
-        return f"epoch {self.position.epoch}, after step {self.position.batch}"
+        where = f"epoch {self.position.epoch}, after step {self.position.batch}"
+        if then is not None:
+            then(where)
+        return where
 
 
 class Fit:

@@ -1,0 +1,153 @@
+"""Keras 3 checkpoints off the training's path: the weights and optimizer state read into a snapshot on the
+training thread, the file written by a thread while training goes on (DISTRAIN_CHECKPOINT_ASYNC, on by default).
+
+Why a snapshot of tensors holds: reading a variable (`tf.convert_to_tensor`) shares its buffer, and TensorFlow's
+update ops copy a buffer another tensor still holds before they write it (copy on write). On the host the snapshot
+keeps the values it read for the price of one copy of the model's state, made by the next step's updates at the
+memory's speed. A variable on a GPU is copied to the host instead (the training waits for that copy, at the bus's
+speed, not the disk's): a copy kept on the GPU could exhaust its memory in the next step. One write in flight (the
+next snapshot, a stop's write and the fit's end wait for it): host memory bounded by one copy of the state
+(`distrain doctor` says how much there is).
+
+Keras writes the file: `model.save_weights` runs with its `H5IOStore` replaced by a recorder of what it is given
+(which groups in which order, with which arrays), and the writer replays that into Keras' own `H5IOStore`: the
+file is the one `save_weights` writes, `load_weights` reads it as ever.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..compat import registry
+
+H5_STORE = "keras.src.saving.saving_lib:H5IOStore"
+EXIT_WAIT_SECONDS = 300.0  # how long a process leaving at once (os._exit) waits for a checkpoint being written
+_IN_FLIGHT: set[threading.Thread] = set()
+
+
+class Snapshot:
+    """What `model.save_weights` gave Keras' store, in order: (group path, its metadata, {name: value})."""
+
+    def __init__(self) -> None:
+        self.groups: list[tuple[str, Any, dict[str, Any]]] = []
+
+    def write(self, path: str) -> None:
+        """The weights file Keras would have written at `path`, made from the snapshot, flushed to the disk."""
+        from keras.src.saving import saving_lib
+
+        # patch: checkpoint_snapshot.h5_store
+        store = saving_lib.H5IOStore(path, mode="w")
+        try:
+            for group, metadata, values in self.groups:
+                entry = store.make(group) if metadata is None else store.make(group, metadata=metadata)
+                for name, value in values.items():
+                    entry[name] = value  # Keras' own conversion: the host copy, here
+        finally:
+            store.close()
+        sync_file(path)
+
+
+def take(model: Any) -> Snapshot:
+    """The model's weights and optimizer state as `model.save_weights` reads them, without a file: tensors that
+    share the variables' buffers (copied on the variables' next update)."""
+    import tensorflow as tf
+
+    snapshot = Snapshot()
+
+    class Entry(dict):
+        def __setitem__(self, name: str, value: Any) -> None:
+            value = getattr(value, "value", value)  # a Keras variable: its TensorFlow (or distributed) variable
+            if not isinstance(value, (tf.Variable, tf.Tensor)):
+                super().__setitem__(name, _copied(value))
+                return
+            held = tf.convert_to_tensor(value)
+            if on_accelerator(held.device):
+                with tf.device("/cpu:0"):
+                    held = tf.identity(held)
+            super().__setitem__(name, held)
+
+    class Recorder:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def make(self, path: str, metadata: Any = None) -> Entry:
+            entry = Entry()
+            snapshot.groups.append((path, metadata, entry))
+            return entry
+
+        def close(self) -> None:
+            pass
+
+    # patch: checkpoint_snapshot.h5_store
+    with registry.replaced("checkpoint_snapshot.h5_store", H5_STORE, Recorder):
+        model.save_weights(os.path.join(os.sep, "distrain-snapshot.weights.h5"))  # a name it checks, never opened
+    return snapshot
+
+
+def on_accelerator(device: str) -> bool:
+    """Whether a tensor's device (`/job:localhost/replica:0/task:0/device:GPU:0`) is not the host's."""
+    return device.rsplit("device:", 1)[-1].split(":")[0].upper() not in ("CPU", "")
+
+
+def _copied(value: Any) -> Any:
+    import numpy as np
+
+    return np.array(value, copy=True)
+
+
+def sync_file(path: str) -> None:
+    """Flush a written file to the disk (off the training's path, a checkpoint survives a node's crash too)."""
+    handle = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
+class Writer:
+    """One checkpoint write at a time, on a thread; what it reports (its seconds, or None: failed) read back on
+    the training thread at the next `wait`, where the stop's cost is kept (stop_cost.py)."""
+
+    def __init__(self, in_background: bool) -> None:
+        self.in_background = in_background
+        self._thread: threading.Thread | None = None
+        self._done: list[float | None] = []
+
+    def start(self, write: Callable[[], float | None]) -> None:
+        """Run `write` (on a thread where the plan says so); the previous write must have been waited for."""
+        assert self._thread is None, "one write in flight"
+        if not self.in_background:
+            self._done.append(write())
+            return
+        # not a daemon: a script that ends or fails meanwhile exits once the checkpoint is whole
+        def run() -> None:
+            try:
+                self._done.append(write())
+            finally:
+                _IN_FLIGHT.discard(thread)
+
+        thread = threading.Thread(target=run, name="distrain-checkpoint", daemon=False)
+        self._thread = thread
+        _IN_FLIGHT.add(thread)
+        thread.start()
+
+    def wait(self) -> list[float | None]:
+        """Wait for the write in flight; the writes ended since the last wait, each its seconds (None: failed)."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        done, self._done = self._done, []
+        return done
+
+
+
+def finish_writes(timeout: float = EXIT_WAIT_SECONDS) -> None:
+    """Before a process leaves with os._exit (a stop its input cannot reach, a lost peer, a stall): the checkpoint
+    being written ends whole first, within `timeout` (an interpreter's own exit waits for it anyway)."""
+    deadline = time.monotonic() + timeout
+    for thread in list(_IN_FLIGHT):
+        thread.join(max(0.0, deadline - time.monotonic()))
