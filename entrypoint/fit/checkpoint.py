@@ -342,13 +342,12 @@ class Keras3Backup:
             os.makedirs(self.chief_dir, mode=0o700, exist_ok=True)
             tmp = os.path.join(self.chief_dir, f".tmp-{os.getpid()}.weights.h5")
             try:
+                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))  # private even if killed
                 weights.write(tmp)
                 os.replace(tmp, prefix + ".weights.h5")
                 runs.write_position(prefix, position, input_record)
                 records(prefix)
-                with open(prefix + ".json.tmp", "w") as handle:
-                    json.dump({"epochs_done": position.epoch}, handle)
-                os.replace(prefix + ".json.tmp", prefix + ".json")  # last: without it there is no checkpoint
+                runs.write_private_json(prefix + ".json", {"epochs_done": position.epoch})  # last: the checkpoint
             finally:
                 remove_path(tmp)
 

@@ -34,13 +34,11 @@ class Snapshot:
 
     def __init__(self) -> None:
         self.groups: list[tuple[str, Any, dict[str, Any]]] = []
+        self.store: Any = None  # Keras' own H5IOStore, as it was when the snapshot was taken
 
     def write(self, path: str) -> None:
         """The weights file Keras would have written at `path`, made from the snapshot, flushed to the disk."""
-        from keras.src.saving import saving_lib
-
-        # patch: checkpoint_snapshot.h5_store
-        store = saving_lib.H5IOStore(path, mode="w")
+        store = self.store(path, mode="w")
         try:
             for group, metadata, values in self.groups:
                 entry = store.make(group) if metadata is None else store.make(group, metadata=metadata)
@@ -83,7 +81,7 @@ def take(model: Any) -> Snapshot:
             pass
 
     # patch: checkpoint_snapshot.h5_store
-    with registry.replaced("checkpoint_snapshot.h5_store", H5_STORE, Recorder):
+    with registry.replaced("checkpoint_snapshot.h5_store", H5_STORE, Recorder) as snapshot.store:
         model.save_weights(os.path.join(os.sep, "distrain-snapshot.weights.h5"))  # a name it checks, never opened
     return snapshot
 

@@ -145,13 +145,14 @@ def test_stop_cost_smoke_stops_resumes_and_writes_each_cost(tmp_path):
 
 
 def test_checkpoint_vs_disk_smoke_writes_each_rows_ratios(tmp_path):
-    """#87's suite in smoke mode (a 1 MB model, one process and MWM x2): each row's write and blocked ratios
-    against the raw write, with their spread and the warm-up apart; no speed asserted."""
+    """#87's suite in smoke mode (a 1 MB model, one process written off the training's path and in place, MWM x2):
+    each row's write and blocked ratios against the raw write, with their spread and the warm-up apart; no speed
+    asserted."""
     out = run([sys.executable, "benchmarks/run.py", "checkpoint-vs-disk", "--smoke", "--out", str(tmp_path)],
               timeout=600)
     assert out.returncode == 0, out.stdout[-3000:]
     rows = json.loads((tmp_path / "smoke-checkpoint-vs-disk.json").read_text())["checkpoint-vs-disk"]["rows"]
-    assert [row["name"] for row in rows] == ["1 MB, single", "1 MB, mwm x2"]
+    assert [row["name"] for row in rows] == ["1 MB, single", "1 MB, single, in place", "1 MB, mwm x2"]
     for row in rows:
         assert 0.5 < row["size_mb"] < 2 and row["repetitions"] >= 1, row
         for ratio in ("write_ratio", "blocked_ratio"):

@@ -55,9 +55,11 @@ def test_runs_lists_each_runs_state_and_the_command_that_resumes_it(tmp_path):
                     env=clean_env()).stdout
         assert re.search(r"^resume +nothing to resume: it finished; its command, run again, trains it again", shown,
                          re.M), shown
-        # each write apart from the first, whose time carries Keras' save warm-up (stop-cost.json keeps them all)
+        # each write apart from the first, whose time carries Keras' save warm-up (stop-cost.json keeps them all),
+        # and how long each held the training (Keras 3's: written off the training's path)
         assert re.search(r"^stop needs +an epoch's end up to [\d.]+ s .*checkpoint up to [\d.]+ s \(a write [\d.]+ s, "
-                         r"the first [\d.]+ s with Keras' warm-up\); the job's signal lead 1 s$", shown, re.M), shown
+                         r"the first [\d.]+ s with Keras' warm-up\), training held [\d.]+ s by each; "
+                         r"the job's signal lead 1 s$", shown, re.M), shown
         text = runs(output)
         assert text.startswith(f"runs in {output}/runs: 4") and "resume: distrain run " in text, text
         refused = run([DISTRAIN, "runs", "rm", "-y", states["slow_steps.py"]["name"], "--dir", str(output)], env=env)
