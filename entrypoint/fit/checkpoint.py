@@ -202,6 +202,7 @@ class TfKerasBackup:
         while True:
             try:
                 begin()
+                restored = self._restore_the_newest() or ""  # a corrupt unrecorded newest falls back too
                 break
             except Exception as exc:  # noqa: BLE001 - TF raises many types for a corrupt checkpoint
                 newest = newest_checkpoint(self.chief_dir)
@@ -211,7 +212,6 @@ class TfKerasBackup:
                 checkpoint_files.drop_checkpoint(self.chief_dir, newest)
                 if self.hooks.exact:  # tf_keras' own counters follow the previous one; the positioned input does not
                     self.hooks.stop_for_rerun(_set_aside(self.plan))
-        restored = self._restore_the_newest() or ""
         epoch = int(self._training_state._ckpt_saved_epoch.numpy())
         if epoch < 0:
             return
