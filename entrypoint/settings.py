@@ -69,7 +69,7 @@ SETTINGS = (
     _s("DISTRAIN_CHECKPOINT", "1", "0: no checkpoints"),
     _s("DISTRAIN_CHECKPOINT_DIR", "per run", "one run's own directory"),
     _s("DISTRAIN_CHECKPOINT_EVERY", "0 (epochs)", "also every N steps"),
-    _s("DISTRAIN_CHECKPOINT_ASYNC", "1", "0: training waits for each checkpoint's write (Keras 3)"),
+    _s("DISTRAIN_CHECKPOINT_ASYNC", "1", "0: training waits for each checkpoint's write"),
     _s("DISTRAIN_CHECKPOINT_MINUTES", "30", "also checkpoint after this much training time", 30.0),
     _s("DISTRAIN_RUN", "the script + arguments", "name a run"),
     _s("DISTRAIN_RESUME", "1", "0: start the run over"),

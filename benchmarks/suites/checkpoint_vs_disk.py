@@ -10,7 +10,7 @@ median of the per-repetition ratios, with their lowest and highest); `blocked_ra
 checkpoint blocked (the pause between the steps around it less the median pause) over the raw write; the
 milliseconds per MB of each. The 100 MB model also under MWM x2 and Horovod x2 (the chief writes; its figures).
 Each single-process size twice, side by side: written off the training's path (the default) and in place
-(DISTRAIN_CHECKPOINT_ASYNC=0, the rows named "in place").
+(DISTRAIN_CHECKPOINT_ASYNC=0, the rows named "in place"); the middle size so again for a tf_keras script.
 Goal (#87): write_ratio <= 1.2 and blocked_ratio <= 0.1 for each size and mode.
 """
 
@@ -34,14 +34,15 @@ def spread(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def measure(launcher: list[str], mb: float, reps: int, in_background: bool = True) -> dict:
+def measure(launcher: list[str], mb: float, reps: int, in_background: bool = True, tf_keras: bool = False) -> dict:
     """One run of the worker with reps + 1 checkpoints: the first pair apart, then the ratios."""
     with tempfile.TemporaryDirectory(prefix="distrain-ckptdisk-") as state:
         found, _ = bench_line([*launcher, SCRIPT, "--mb", str(mb), "--checkpoints", str(reps + 1),
                                "--every", str(EVERY)], tag="CKPTDISK",
                               extra_env={"DISTRAIN_CHECKPOINT": "1", "DISTRAIN_OUTPUT_DIR": state,
                                          "DISTRAIN_CHECKPOINT_EVERY": str(EVERY),
-                                         "DISTRAIN_CHECKPOINT_ASYNC": "1" if in_background else "0"})
+                                         "DISTRAIN_CHECKPOINT_ASYNC": "1" if in_background else "0",
+                                         **({"TF_USE_LEGACY_KERAS": "1"} if tf_keras else {})})
     raw, blocked, written = found["raw_s"], found["blocked_s"], found["distrain_s"]
     pairs = min(len(raw), len(blocked), len(written))
     if pairs < 2:
@@ -66,5 +67,8 @@ def run(options: Options) -> dict:
     middle = "1 MB" if options.smoke else "100 MB"
     modes = ("mwm x2",) if options.smoke else ("mwm x2", "horovod x2")  # CI's smoke: each way the chief writes
     rows += [{"name": f"{middle}, {mode}", **measure(MODES[mode], sizes[middle], reps)} for mode in modes]
+    rows += [{"name": f"{middle}, single, tf_keras{'' if behind else ', in place'}",
+              **measure(MODES["single"], sizes[middle], reps, behind, tf_keras=True)}
+             for behind in (True, False) if not options.smoke]  # CI's smoke: Keras 3's rows only
     return {"rows": rows, "every_steps": EVERY,
             "goal": "write_ratio <= 1.2 and blocked_ratio <= 0.1 for each size and mode"}

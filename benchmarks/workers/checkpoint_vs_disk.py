@@ -49,7 +49,8 @@ state_dir, chief = dt.plan().checkpoint_dir, dt.rank() == 0
 
 
 def state_arrays() -> list[np.ndarray]:
-    return [np.asarray(v) for v in [*model.weights, *model.optimizer.variables]]
+    slots = model.optimizer.variables  # tf_keras' is a method
+    return [np.asarray(v) for v in [*model.weights, *(slots() if callable(slots) else slots)]]
 
 
 def raw_write() -> float:

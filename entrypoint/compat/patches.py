@@ -115,6 +115,15 @@ PATCHES: tuple[Patch, ...] = (
        "replaces", "call", "checkpoints off the training's path (#87); the file is the one save_weights writes",
        (f"{_SAVING}:H5IOStore", f"{_SAVING}:H5IOStore.make(self,path)", f"{_SAVING}:save_weights_only(model,filepath)"),
        "keras", _K3),
+    _p("checkpoint_snapshot.tf_writes", "TensorFlow's checkpoint-writing ops, CheckpointManager's state file and "
+       "deletions, while tf_keras' checkpoint is saved: recorders of the calls (with the tensors read) the writer runs",
+       "replaces", "call", "checkpoints off the training's path (#87); the files are the ones the save writes",
+       ("tensorflow.python.ops.io_ops:save_v2(prefix,tensor_names,shape_and_slices,tensors)",
+        "tensorflow.python.ops.gen_io_ops:merge_v2_checkpoints(checkpoint_prefixes,destination_prefix)",
+        "tensorflow.python.checkpoint.checkpoint_management:update_checkpoint_state_internal(save_dir,"
+        "model_checkpoint_path)", "tensorflow.python.checkpoint.checkpoint_management:_delete_file_if_exists(filespec)",
+        "tensorflow.python.checkpoint.functional_saver:_single_shard_save(file_prefix,shard)"),
+       "tensorflow", _LEGACY),
     _p("epoch_iterators.keras3", "how many iterators fit makes of a dataset each epoch (its source)",
        "reads", "process", "#69: Keras 3.15 draws two orders of a seeded reshuffle an epoch, distrain's one drew one",
        ("keras.src.trainers.epoch_iterator:EpochIterator._enumerate_iterator(self)?",), "keras", _K3),

@@ -69,17 +69,18 @@ def replace(entries: str | tuple[str, ...], spelled: str, make: Callable[[Any], 
 
 
 @contextlib.contextmanager
-def replaced(entry: str, spelled: str, replacement: Any) -> Iterator[Any]:
-    """Within: the first alternative of `spelled` (among `entry`'s targets) is `replacement`; yields the original
-    (None where no alternative exists, and nothing is replaced). A call's lifetime, on the calling thread's
-    watch: no other thread should reach the target meanwhile."""
+def replaced(entry: str, spelled: str, replacement: Any = None,
+             make: Callable[[Any], Any] | None = None) -> Iterator[Any]:
+    """Within: the first alternative of `spelled` (among `entry`'s targets) is `replacement` (or `make(original)`);
+    yields the original (None where no alternative exists, and nothing is replaced). A call's lifetime, on the
+    calling thread's watch: no other thread should reach the target meanwhile."""
     _declared(entry, spelled)
     found = targets.first(spelled)
     if found is None:
         yield None
         return
     original = getattr(found.owner, found.attribute)
-    setattr(found.owner, found.attribute, replacement)
+    setattr(found.owner, found.attribute, make(original) if make is not None else replacement)
     try:
         yield original
     finally:

@@ -11,11 +11,18 @@ next snapshot, a stop's write and the fit's end wait for it): host memory bounde
 
 Keras writes the file: `model.save_weights` runs with its `H5IOStore` replaced by a recorder of what it is given
 (which groups in which order, with which arrays), and the writer replays that into Keras' own `H5IOStore`: the
-file is the one `save_weights` writes, `load_weights` reads it as ever.
+file is the one `save_weights` writes, `load_weights` reads it as ever. tf_keras' checkpoint is TensorFlow's
+(CheckpointManager's `save`): it runs with TensorFlow's file-writing ops replaced by a recorder (`take_tensorflow`),
+and the writer runs the recorded calls: the data, the index that completes it, then the manager's state file that
+names it and its deletion of the checkpoint before the two kept. The files are the ones `save` writes, with the
+values TensorFlow read for them (a variable's read is a host tensor sharing its buffer, a GPU's copied to the host
+by TensorFlow itself).
 """
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import os
 import threading
 import time
@@ -25,6 +32,9 @@ from typing import Any
 from ..compat import registry
 
 H5_STORE = "keras.src.saving.saving_lib:H5IOStore"
+TF_WRITES = ("tensorflow.python.ops.io_ops:save_v2", "tensorflow.python.ops.gen_io_ops:merge_v2_checkpoints",
+             "tensorflow.python.checkpoint.checkpoint_management:update_checkpoint_state_internal",
+             "tensorflow.python.checkpoint.checkpoint_management:_delete_file_if_exists")
 EXIT_WAIT_SECONDS = 300.0  # how long a process leaving at once (os._exit) waits for a checkpoint being written
 _IN_FLIGHT: set[threading.Thread] = set()
 
@@ -83,6 +93,56 @@ def take(model: Any) -> Snapshot:
     # patch: checkpoint_snapshot.h5_store
     with registry.replaced("checkpoint_snapshot.h5_store", H5_STORE, Recorder) as snapshot.store:
         model.save_weights(os.path.join(os.sep, "distrain-snapshot.weights.h5"))  # a name it checks, never opened
+    return snapshot
+
+
+class TensorFlowSnapshot:
+    """The file-writing calls a TensorFlow checkpoint's save made, in order, with the tensors it read."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.calls: list[tuple[str, Callable[..., Any], tuple, dict]] = []  # (which of TF_WRITES, the call, its args)
+
+    def write(self) -> None:
+        """The checkpoint's data and its index (complete from here), flushed to the disk; then what the save does
+        once its files are there: the state file naming it, the deletion of the oldest."""
+        import tensorflow as tf
+
+        synced = False
+        with tf.device("/cpu:0"):
+            for spelled, call, args, kwargs in self.calls:
+                if not synced and spelled not in TF_WRITES[:2]:
+                    for path in glob.glob(glob.escape(self.prefix) + ".*"):
+                        sync_file(path)
+                    synced = True
+                call(*args, **kwargs)
+
+
+def take_tensorflow(save: Callable[[], Any], prefix: str) -> TensorFlowSnapshot:
+    """What `save()` (a CheckpointManager's, whose next checkpoint is `prefix`) would write, without writing it:
+    TensorFlow's save ops recorded with the tensors they were given. Where TensorFlow saves in a graph (several
+    tasks: a function it traces), the ops run as they are: written in place."""
+    from tensorflow.python.eager import context
+
+    snapshot = TensorFlowSnapshot(prefix)
+
+    def recorder(spelled: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def make(original: Callable[..., Any]) -> Callable[..., Any]:
+            def record(*args: Any, **kwargs: Any) -> Any:
+                if not context.executing_eagerly():
+                    return original(*args, **kwargs)
+                snapshot.calls.append((spelled, original, args, kwargs))
+                return None
+
+            return record
+
+        return make
+
+    with contextlib.ExitStack() as stack:
+        for spelled in TF_WRITES:
+            # patch: checkpoint_snapshot.tf_writes
+            stack.enter_context(registry.replaced("checkpoint_snapshot.tf_writes", spelled, make=recorder(spelled)))
+        save()
     return snapshot
 
 

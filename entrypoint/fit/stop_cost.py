@@ -5,7 +5,7 @@ validation, the script's epoch-end callbacks, the epoch's checkpoint; elsewhere 
 measured here, the longest of each kept in the run's state (`stop-cost.json`, shown by `distrain runs show`),
 with this attempt's checkpoint writes in order (the first carries Keras' save warm-up; benchmarks read them). The
 rule: the signal lead must exceed the agreement on the stop (DISTRAIN_STOP_CHECK_SECONDS) plus the longest epoch
-end (its checkpoint included), plus one write where a checkpoint may still be in flight (Keras 3's, written off
+end (its checkpoint included), plus one write where a checkpoint may still be in flight (written off
 the training's path: the stop's own waits for it). A job declares its lead (DISTRAIN_STOP_LEAD, set by jobs/lib.sh
 from the job file's STOP_LEAD beside its `--signal` line); the chief warns once when the measured cost exceeds it:
 then the kill comes before the checkpoint and the stop costs the epoch.

@@ -30,7 +30,7 @@ def shared_memory(gpus: int, path: str = "/dev/shm") -> tuple[str, str | None]:
 
 
 def checkpoint_memory(in_background: bool, meminfo: str = "/proc/meminfo") -> tuple[str, str | None]:
-    """Keras 3's checkpoints written off the training's path hold one copy of the model's weights and optimizer
+    """Checkpoints written off the training's path hold one copy of the model's weights and optimizer
     state in host memory while they are written (fit/checkpoint_snapshot.py): the memory there is for it."""
     if not in_background:
         return "checkpoints: written in place (DISTRAIN_CHECKPOINT_ASYNC=0)", None
@@ -38,8 +38,8 @@ def checkpoint_memory(in_background: bool, meminfo: str = "/proc/meminfo") -> tu
         with open(meminfo) as handle:
             available = next(int(line.split()[1]) << 10 for line in handle if line.startswith("MemAvailable:"))
     except (OSError, StopIteration, ValueError, IndexError):
-        return "checkpoints: Keras 3's written off the training's path (host memory unknown)", None
-    line = (f"checkpoints: Keras 3's written off the training's path, a copy of the model's state in host memory "
+        return "checkpoints: written off the training's path (host memory unknown)", None
+    line = (f"checkpoints: written off the training's path, a copy of the model's state in host memory "
             f"while each is written ({available / 2**30:.1f} GiB available)")
     if available < SNAPSHOT_MEMORY:
         return line, (f"only {available / 2**30:.1f} GiB of host memory available: a checkpoint in flight holds a "
