@@ -4,6 +4,7 @@ records of checkpoints tf_keras' CheckpointManager has since deleted dropped."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import glob
 import os
@@ -14,6 +15,8 @@ from typing import Any
 from ..log import get as log
 from ..runs import newest_checkpoint
 from .saves import remove_path
+
+CORRUPT = ".corrupt"  # the suffix of a checkpoint's files set aside
 
 
 def drop_orphan_sidecars(chief_dir: str) -> None:
@@ -26,18 +29,22 @@ def drop_orphan_sidecars(chief_dir: str) -> None:
 
 
 def drop_checkpoint(directory: str, prefix: str) -> None:
-    """Move a bad checkpoint aside and point the index at the newest remaining one."""
-    for path in glob.glob(prefix + ".*"):
-        os.replace(path, path + ".corrupt")
+    """Move a bad checkpoint aside and point the index at the newest remaining one. Every rank that found it bad
+    does so, at once on a shared filesystem: a file another rank moved first is left to it."""
+    for path in glob.glob(glob.escape(prefix) + ".*"):
+        if not path.endswith(CORRUPT):
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(path, path + CORRUPT)
     remaining = newest_checkpoint(directory)
     index = os.path.join(directory, "checkpoint")
     if remaining is None:
         remove_path(index)
         return
     name = os.path.basename(remaining)
-    with open(index + ".tmp", "w") as handle:
+    temporary = f"{index}.tmp-{os.getpid()}"  # each rank its own: none renames another's
+    with open(temporary, "w") as handle:
         handle.write(f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n')
-    os.replace(index + ".tmp", index)
+    os.replace(temporary, index)
 
 
 def write_guarded(write: Callable[[], Any], chief_dir: str, wrote: Callable[[float], None] | None) -> bool:

@@ -192,3 +192,26 @@ def test_a_new_run_names_the_unfinished_run_of_its_script_with_other_arguments_a
         f"resuming run {fifty.run_name} at epoch 3, step 41"), line
     assert sorted(p.name for p in runs_dir.iterdir()) == sorted({Path(fifty.checkpoint_dir).name,
                                                                  Path(hundred.checkpoint_dir).name})
+
+
+def test_a_bad_checkpoint_set_aside_by_every_rank_at_once_ends_set_aside_once(tmp_path, monkeypatch):
+    """On a shared filesystem each rank that finds the newest checkpoint unreadable moves it aside: a rank whose
+    listing names a file another rank has just moved goes on, and nothing is set aside twice."""
+    import glob
+
+    from entrypoint.fit import checkpoint_files
+
+    for number in (1, 2):
+        for suffix in (".index", ".data-00000-of-00001", ".position"):
+            (tmp_path / f"ckpt-{number}{suffix}").write_text("")
+    listed, real = glob.glob(str(tmp_path / "ckpt-2.*")), glob.glob
+    checkpoint_files.drop_checkpoint(str(tmp_path), str(tmp_path / "ckpt-2"))  # the first rank
+    calls = iter([lambda pattern: listed])  # the second rank's listing, made before the first moved them
+    monkeypatch.setattr(glob, "glob", lambda pattern, **kw: next(calls, real)(pattern, **kw))
+    checkpoint_files.drop_checkpoint(str(tmp_path), str(tmp_path / "ckpt-2"))
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.glob("ckpt-2*")) == [
+        "ckpt-2.data-00000-of-00001.corrupt", "ckpt-2.index.corrupt", "ckpt-2.position.corrupt"]
+    assert (tmp_path / "checkpoint").read_text().startswith('model_checkpoint_path: "ckpt-1"')
+    checkpoint_files.drop_checkpoint(str(tmp_path), str(tmp_path / "ckpt-2"))  # a third, later: nothing to move
+    assert not list(tmp_path.glob("*.corrupt.corrupt"))
