@@ -111,9 +111,11 @@ PATCHES: tuple[Patch, ...] = (
        (f"{_SAVING}:get_attr_skiplist(obj_type)|{_SAVING}:get_attr_skipset(obj_type)",), "keras", _K3,
        STRATEGY_MODES),
     _p("checkpoint_snapshot.h5_store", "Keras' weights-file store, while a checkpoint's snapshot is taken: a "
-       "recorder of the groups and arrays save_weights gives it, replayed into Keras' own store by the writer",
-       "replaces", "call", "checkpoints off the training's path (#87); the file is the one save_weights writes",
-       (f"{_SAVING}:H5IOStore", f"{_SAVING}:H5IOStore.make(self,path)", f"{_SAVING}:save_weights_only(model,filepath)"),
+       "recorder of the groups and arrays save_weights gives it, replayed into Keras' own store by the writer; the "
+       "optimizer gives it its variables, not copies", "replaces", "call",
+       "checkpoints off the training's path (#87); the file is the one save_weights writes",
+       (f"{_SAVING}:H5IOStore", f"{_SAVING}:H5IOStore.make(self,path)", f"{_SAVING}:save_weights_only(model,filepath)",
+        "keras.src.optimizers.base_optimizer:BaseOptimizer.save_own_variables(self,store)"),
        "keras", _K3),
     _p("checkpoint_snapshot.tf_writes", "TensorFlow's checkpoint-writing ops, CheckpointManager's state file and "
        "deletions, while tf_keras' checkpoint is saved: recorders of the calls (with the tensors read) the writer runs",

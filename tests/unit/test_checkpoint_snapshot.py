@@ -66,6 +66,25 @@ def test_the_file_is_the_one_save_weights_writes(keras, tmp_path):
     model.save_weights(str(tmp_path / "keras.weights.h5"))
     assert layout(tmp_path / "snap.weights.h5") == layout(tmp_path / "keras.weights.h5")
     assert keras.src.saving.saving_lib.H5IOStore.__name__ == "H5IOStore"  # Keras' own again once taken
+    assert "numpy" in keras.src.optimizers.base_optimizer.BaseOptimizer.save_own_variables.__code__.co_names
+
+
+def test_the_optimizer_gives_its_variables_where_its_save_is_the_one_known_else_it_is_left_alone():
+    def known(self, store):
+        for i, variable in enumerate(self.variables):
+            store[str(i)] = variable.numpy()
+
+    def changed(self, store):  # another layout: not replaced
+        for variable in self.variables:
+            store[variable.path] = variable.numpy()
+
+    class Optimizer:
+        variables = ["m", "v"]
+
+    store = {}
+    checkpoint_snapshot._variables_not_copies(known)(Optimizer(), store)
+    assert store == {"0": "m", "1": "v"}
+    assert checkpoint_snapshot._variables_not_copies(changed) is changed
 
 
 def test_a_gpus_variables_are_copied_to_the_host_the_hosts_are_shared():
