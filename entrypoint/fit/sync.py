@@ -141,16 +141,15 @@ def batch_logs_over_horovod(keras: Any, tf: Any, verbose: Any, callbacks: list, 
     some_rank_reads = int(hvd.allreduce(tf.constant(int(reads)), op=hvd.Sum, name="distrain_batch_logs_read")) > 0
     if not some_rank_reads:
         return None
+    from ..compat import horovod_fused_logs, horovod_metric_states
+
+    fused = horovod_fused_logs.fusable(model, keras.Model.train_step, horovod_keras_api)
+    if fused:
+        horovod_fused_logs.install(model, tf, hvd, horovod_keras_api)  # averaged within the step
+    averaged = (lambda logs: logs) if fused else _averaged_logs(tf)
     if not states_differ:
-        from ..compat import horovod_fused_logs
-
-        if horovod_fused_logs.fusable(model, keras.Model.train_step, horovod_keras_api):
-            horovod_fused_logs.install(model, tf, hvd, horovod_keras_api)  # within the step: nothing after it
-            return None
-        return _averaged_logs(tf)
-    from ..compat import horovod_metric_states
-
-    return horovod_metric_states.step_logs_over_ranks(keras, tf, model, _averaged_logs(tf))
+        return None if fused else averaged
+    return horovod_metric_states.step_logs_over_ranks(keras, tf, model, averaged)
 
 
 def batch_logs_over_workers(keras: Any, tf: Any, verbose: Any, callbacks: list,
