@@ -63,6 +63,7 @@ def wrap_optimizer(optimizer: Any, hvd: Any) -> Any:
 
     # patch: keras3_horovod.optimizer_apply
     optimizer.apply = apply
+    optimizer._distrain_apply_unaveraged = original  # compat/horovod_fused_logs.py averages the gradients itself
     optimizer._distrain_wrapped = True
     return optimizer
 

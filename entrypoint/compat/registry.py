@@ -126,7 +126,8 @@ def _check_one(spec: str, family: str) -> str | None:
 
 def _instance_attribute(spec: str, family: str) -> str | None:
     """None where `module:Class().attribute`'s class, or a class it derives from, assigns `self.attribute` in
-    its module's source (an instance's attribute exists only once made: its assignment is what can be checked)."""
+    its module's source (an instance's attribute exists only once made: its assignment is what can be checked);
+    `module:function().attribute` where a function makes the class (Horovod's DistributedOptimizer)."""
     class_spec, _, attribute = spec.partition("().")
     try:
         cls, _ = _resolve(class_spec, family)
@@ -134,7 +135,8 @@ def _instance_attribute(spec: str, family: str) -> str | None:
         return f"{class_spec}: {exc}"
     # `self.a = `, `self.a: T = `, `self.b, self.a = `
     assigned = re.compile(rf"(self\.\w+\s*,\s*)*\bself\.{re.escape(attribute)}\b(\s*,\s*self\.\w+)*\s*(:[^=\n]+)?=[^=]")
-    files = {inspect.getsourcefile(c) for c in inspect.getmro(cls) if c.__module__ != "builtins"}
+    makers = inspect.getmro(cls) if inspect.isclass(cls) else (cls,)  # or the function that defines the class
+    files = {inspect.getsourcefile(c) for c in makers if c.__module__ != "builtins"}
     if any(assigned.search(_source_text(path)) for path in files if path):
         return None
     return f"{class_spec} sets no attribute {attribute}"

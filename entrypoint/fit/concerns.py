@@ -127,7 +127,8 @@ def logs_of_the_global_batch(engine: Engine, keras: Any, model: Any, verbose: An
                               training_differs: bool) -> Callable[[Any], Any] | None:
     """What turns a step's logs into the global batch's, where they are a rank's or the replicas' mean (fit/sync.py)."""
     if engine.splits_batches(model, user_callbacks):
-        return sync.batch_logs_over_horovod(keras, engine.tf, verbose, user_callbacks, model, training_differs)
+        return sync.batch_logs_over_horovod(keras, engine.tf, verbose, user_callbacks, model, training_differs,
+                                            engine.plan.family.horovod_keras_api)
     if engine.logs_are_the_replicas_mean():
         return sync.batch_logs_over_workers(keras, engine.tf, verbose, user_callbacks, model)
     return None

@@ -124,12 +124,14 @@ BATCH_LOG_HOOKS = ("on_train_batch_end", "on_batch_end")  # a callback with one 
 
 
 def batch_logs_over_horovod(keras: Any, tf: Any, verbose: Any, callbacks: list, model: Any,
-                            states_differ: bool) -> Callable[[Any], Any] | None:
+                            states_differ: bool, horovod_keras_api: bool) -> Callable[[Any], Any] | None:
     """Zero-code Horovod: the logs of each step averaged over the ranks (`_averaged_logs`) where some rank reads
     them: its progress bar (verbose 1 or "auto", after the chief-only rule) or a script's callback with a batch-end
     hook. The ranks agree on it once a fit (one all-reduce), so that every rank joins every step's; a fit whose
     batch logs nobody reads (the one-line-an-epoch default of a batch job) pays that one all-reduce alone, where
-    the averaging costs 2.8 ms a step (0.84 of hand-written Horovod's throughput, benchmarks/README.md). Where the
+    the averaging after the step costs 2.8 ms a step (0.84 of hand-written Horovod's throughput, benchmarks/
+    README.md): where Keras' own step runs with distrain's optimizer, it is averaged within the gradients'
+    all-reduce instead (compat/horovod_fused_logs.py), for the rest of the process. Where the
     ranks' data differ (`states_differ`) and a metric is no mean (Precision, AUC: a mean of the ranks' results is
     not the global counts'), the logs are read from the metric states summed over the ranks instead
     (compat/horovod_metric_states.step_logs_over_ranks)."""
@@ -139,11 +141,15 @@ def batch_logs_over_horovod(keras: Any, tf: Any, verbose: Any, callbacks: list, 
     some_rank_reads = int(hvd.allreduce(tf.constant(int(reads)), op=hvd.Sum, name="distrain_batch_logs_read")) > 0
     if not some_rank_reads:
         return None
-    if not states_differ:
-        return _averaged_logs(tf)
-    from ..compat import horovod_metric_states
+    from ..compat import horovod_fused_logs, horovod_metric_states
 
-    return horovod_metric_states.step_logs_over_ranks(keras, tf, model, _averaged_logs(tf))
+    fused = horovod_fused_logs.fusable(model, keras.Model.train_step, horovod_keras_api)
+    if fused:
+        horovod_fused_logs.install(model, tf, hvd, horovod_keras_api)  # averaged within the step
+    averaged = (lambda logs: logs) if fused else _averaged_logs(tf)
+    if not states_differ:
+        return None if fused else averaged
+    return horovod_metric_states.step_logs_over_ranks(keras, tf, model, averaged)
 
 
 def batch_logs_over_workers(keras: Any, tf: Any, verbose: Any, callbacks: list,
