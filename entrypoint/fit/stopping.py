@@ -17,8 +17,9 @@ rank says whether the step is its epoch's last in the same all-reduce, so all of
 A `stop_training` the script sets (EarlyStopping, a callback's time budget) is agreed too: otherwise a rank that
 stops while another trains on leaves it waiting in a collective that never comes. At an epoch's end every rank
 says whether it stops, and all stop if any does (one small all-reduce an epoch); where a script's callback can set
-it in a batch hook (a class of its own, a LambdaCallback, TerminateOnNaN), at every step, so that a stop every rank
-takes at the same step stays at that step, as in one process.
+it in a batch hook (a class of its own whose code reaches the name: stop_reach.py; a LambdaCallback,
+TerminateOnNaN), at every step, so that a stop every rank takes at the same step stays at that step, as in one
+process.
 
 A signal outside `fit` (data loading, the script's own loop) ends the run at once with exit 75, as before
 distrain: nothing of distrain's is half-done there. A second Ctrl-C interrupts at once (KeyboardInterrupt).
@@ -36,7 +37,7 @@ from .. import runs, startup_stop
 from ..errors import RunStopped
 from ..log import get as log
 from ..plan import Plan
-from . import stop_input
+from . import stop_input, stop_reach
 
 if TYPE_CHECKING:
     from .checkpoint import Backup
@@ -212,13 +213,15 @@ class AgreedStop:
 
 def stops_in_batch_hooks(callback: Any, keras: Any) -> bool:
     """Whether a script's callback can set `stop_training` in a batch hook: Keras' own callbacks do only in
-    TerminateOnNaN; a LambdaCallback or a class of the script's own may."""
+    TerminateOnNaN; a LambdaCallback may, and a class of the script's own with a batch hook whose code reaches the
+    name (stop_reach.py: not a timer's or a logger's)."""
     if isinstance(callback, (keras.callbacks.TerminateOnNaN, keras.callbacks.LambdaCallback)):
         return True
     own = type(callback).__module__.split(".")[0] not in ("keras", "tf_keras", "horovod", "entrypoint")
     base = keras.callbacks.Callback
     return own and any(getattr(type(callback), hook, None) is not getattr(base, hook, None)
-                       for hook in ("on_train_batch_end", "on_batch_end"))
+                       for hook in ("on_train_batch_end", "on_batch_end")) \
+        and stop_reach.can_stop_training(type(callback), base)
 
 
 def make_callback(plan: Plan, keras: Any, tf: Any, engine: Any, backup: Backup | None, flag: SignalFlag,
