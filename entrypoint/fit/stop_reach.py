@@ -10,15 +10,19 @@ The code is read as Python compiled it: the names used by the callback class's o
 Keras' Callback), by every nested function and lambda in them, and by every function, class or module of the
 script's own those names lead to through the functions' globals and closures; and the methods of the script's
 own classes (its module's, as a custom Model's `halt()` that `self.model.halt()` calls) whose names that code
-uses. The callback can stop training where any of that code names `stop_training`, sets attributes by a computed
-name (`setattr`, `__setattr__`, `__dict__`, `vars`, `exec`, `eval`), or cannot be read (more than
-`MAX_REACHED` objects: a large library's callback). Keras', TensorFlow's, Horovod's, distrain's and the standard
-library's own code is not followed: it sets `stop_training` only in the callbacks stopping.py names.
+uses, but for dunder names (`super().__init__()` would tie every class to every other; a class the code names is
+read whole anyway). A LambdaCallback's functions are read the same way. The callback can stop training where any
+of that code names `stop_training`, sets attributes by a computed name (`setattr`, `__setattr__`, `__dict__`,
+`vars`, `exec`, `eval`), or cannot be read (more than `MAX_REACHED` objects: a large library's callback).
+Keras', TensorFlow's, Horovod's, distrain's and the standard library's own code (by where its module lives) is
+not followed: it sets `stop_training` only in the callbacks stopping.py names.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import sysconfig
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -26,12 +30,29 @@ from typing import Any
 SETS_IT = frozenset({"stop_training", "setattr", "__setattr__", "__dict__", "vars", "exec", "eval"})
 LIBRARIES = frozenset({"keras", "tf_keras", "tensorflow", "horovod", "numpy", "entrypoint"})
 MAX_REACHED = 400  # objects followed before the answer is "it can": a large library's callback
+_STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"])
 
 
 def can_stop_training(callback_class: type, base: type) -> bool:
     """Whether code reached from `callback_class` (a subclass of Keras' Callback, `base`) can set stop_training."""
-    own_classes = [c for c in _module_namespace(callback_class) if isinstance(c, type) and not _is_library(c)]
-    todo: list[Any] = [c for c in callback_class.__mro__ if c not in base.__mro__]
+    return _reaches([c for c in callback_class.__mro__ if c not in base.__mro__], callback_class)
+
+
+def lambdas_can_stop_training(callback: Any) -> bool:
+    """Whether a LambdaCallback's functions (its instance's own hooks) can set stop_training; a hook that is no
+    Python function (a builtin, another callable) is taken to be able to."""
+    hooks = [value for name, value in vars(callback).items() if name.startswith("on_") and callable(value)]
+    functions = [getattr(hook, "__func__", hook) for hook in hooks]
+    if not all(isinstance(f, types.FunctionType) for f in functions):
+        return True
+    return _reaches(functions, functions[0]) if functions else False
+
+
+def _reaches(roots: list[Any], home: Any) -> bool:
+    """Whether code reached from `roots` names stop_training (see the module doc); `home`: what the script's own
+    classes are looked up beside (its module's namespace)."""
+    own_classes = [c for c in _module_namespace(home) if isinstance(c, type) and not _is_library(c)]
+    todo = list(roots)
     seen: set[int] = set()
     names_used: set[str] = set()
     while todo:
@@ -51,8 +72,8 @@ def can_stop_training(callback_class: type, base: type) -> bool:
                 return True
             todo += _followed(item, names - names_used)
             names_used |= names
-            todo += [f for c in own_classes for name, member in vars(c).items() if name in names
-                     for f in _functions_of(member)]
+            todo += [f for c in own_classes for name, member in vars(c).items()
+                     if name in names and not name.startswith("__") for f in _functions_of(member)]
     return False
 
 
@@ -91,7 +112,14 @@ def _module_namespace(item: Any) -> list[Any]:
 
 
 def _is_library(item: Any) -> bool:
-    """Code distrain does not follow: Keras', TensorFlow's, Horovod's, numpy's, its own, the standard library's."""
+    """Code distrain does not follow: Keras', TensorFlow's, Horovod's, numpy's, its own, the standard library's
+    (by where its module lives: a script's own `trace.py` or `test.py` is the script's)."""
     name = item.__name__ if isinstance(item, types.ModuleType) else getattr(item, "__module__", None) or ""
     top = name.split(".")[0]
-    return top in LIBRARIES or top in sys.stdlib_module_names
+    if top in LIBRARIES:
+        return True
+    if top not in sys.stdlib_module_names:
+        return False
+    module = item if isinstance(item, types.ModuleType) else sys.modules.get(name)
+    where = getattr(module, "__file__", None)
+    return where is None or os.path.realpath(where).startswith(_STDLIB)

@@ -17,7 +17,7 @@ rank says whether the step is its epoch's last in the same all-reduce, so all of
 A `stop_training` the script sets (EarlyStopping, a callback's time budget) is agreed too: otherwise a rank that
 stops while another trains on leaves it waiting in a collective that never comes. At an epoch's end every rank
 says whether it stops, and all stop if any does (one small all-reduce an epoch); where a script's callback can set
-it in a batch hook (a class of its own whose code reaches the name: stop_reach.py; a LambdaCallback,
+it in a batch hook (a class of its own or a LambdaCallback whose code reaches the name: stop_reach.py;
 TerminateOnNaN), at every step, so that a stop every rank takes at the same step stays at that step, as in one
 process.
 
@@ -213,10 +213,12 @@ class AgreedStop:
 
 def stops_in_batch_hooks(callback: Any, keras: Any) -> bool:
     """Whether a script's callback can set `stop_training` in a batch hook: Keras' own callbacks do only in
-    TerminateOnNaN; a LambdaCallback may, and a class of the script's own with a batch hook whose code reaches the
-    name (stop_reach.py: not a timer's or a logger's)."""
-    if isinstance(callback, (keras.callbacks.TerminateOnNaN, keras.callbacks.LambdaCallback)):
+    TerminateOnNaN; a LambdaCallback whose functions reach the name, and a class of the script's own with a batch
+    hook whose code does (stop_reach.py: not a timer's, a logger's, the Keras docs' `print(batch)`)."""
+    if isinstance(callback, keras.callbacks.TerminateOnNaN):
         return True
+    if isinstance(callback, keras.callbacks.LambdaCallback):
+        return stop_reach.lambdas_can_stop_training(callback)
     own = type(callback).__module__.split(".")[0] not in ("keras", "tf_keras", "horovod", "entrypoint")
     base = keras.callbacks.Callback
     return own and any(getattr(type(callback), hook, None) is not getattr(base, hook, None)

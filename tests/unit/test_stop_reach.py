@@ -3,11 +3,13 @@ all-reduce after every step that keeps the ranks' stops at one step. A timer doe
 code can reach `stop_training` does."""
 
 import json
+import sys
 import time
+import types
 
 import pytest
 
-from entrypoint.fit.stop_reach import can_stop_training
+from entrypoint.fit.stop_reach import can_stop_training, lambdas_can_stop_training
 
 
 class Callback:  # Keras' Callback's place: the base the walk stops at
@@ -115,3 +117,35 @@ def test_a_timer_cannot_stop_training_so_its_fit_needs_no_per_step_round() -> No
                          ids=lambda c: c.__name__)
 def test_every_way_a_callbacks_code_reaches_stop_training_is_seen(callback: type) -> None:
     assert can_stop_training(callback, Callback)
+
+
+class Lambdas:
+    """LambdaCallback's shape: its hooks are its instance's own attributes."""
+
+    def __init__(self, **hooks) -> None:  # noqa: ANN003
+        self.model = None
+        self.__dict__.update(hooks)
+
+
+def test_the_keras_docs_printing_lambda_cannot_stop_training_and_a_stopping_one_can() -> None:
+    assert not lambdas_can_stop_training(Lambdas(on_batch_begin=lambda batch, logs: print(batch)))
+    assert lambdas_can_stop_training(Lambdas(on_train_batch_end=lambda batch, logs: end_the_fit(None)))
+    assert lambdas_can_stop_training(Lambdas(on_batch_end=print)), "code it cannot read: taken to stop"
+
+
+def test_a_scripts_own_module_named_as_a_standard_library_one_is_read(monkeypatch, tmp_path) -> None:  # noqa: ANN001
+    """The script's own trace.py is not the standard library's trace: its callback's code is read (by the
+    module's place, not its name); the same class placed in the standard library's module is not followed."""
+    import trace  # the standard library's
+
+    class StopsFromItsModule(Callback):
+        def on_train_batch_end(self, batch, logs=None):  # noqa: ANN001, ANN201
+            self.model.stop_training = True
+
+    StopsFromItsModule.__module__ = "trace"
+    assert not can_stop_training(StopsFromItsModule, Callback), "in the standard library's module: not followed"
+    own = types.ModuleType("trace")
+    own.__file__ = str(tmp_path / "trace.py")
+    monkeypatch.setitem(sys.modules, "trace", own)
+    assert can_stop_training(StopsFromItsModule, Callback)
+    assert trace is not own
