@@ -54,7 +54,6 @@ def _reaches(roots: list[Any], home: Any) -> bool:
     own_classes = [c for c in _module_namespace(home) if isinstance(c, type) and not _is_library(c)]
     todo = list(roots)
     seen: set[int] = set()
-    names_used: set[str] = set()
     while todo:
         item = todo.pop()
         if id(item) in seen or _is_library(item):
@@ -70,8 +69,7 @@ def _reaches(roots: list[Any], home: Any) -> bool:
             names = set(_names(item.__code__))
             if names & SETS_IT:
                 return True
-            todo += _followed(item, names - names_used)
-            names_used |= names
+            todo += _followed(item, names)  # each function's own globals: a name may mean another thing
             todo += [f for c in own_classes for name, member in vars(c).items()
                      if name in names and not name.startswith("__") for f in _functions_of(member)]
     return False

@@ -149,3 +149,22 @@ def test_a_scripts_own_module_named_as_a_standard_library_one_is_read(monkeypatc
     monkeypatch.setitem(sys.modules, "trace", own)
     assert can_stop_training(StopsFromItsModule, Callback)
     assert trace is not own
+
+
+def test_one_name_in_two_modules_is_followed_in_each() -> None:
+    """`tidy` is harmless in one module of the script's and stops training in the other: each function's name is
+    looked up in its own globals."""
+    quiet, stopping = types.ModuleType("quiet_helpers"), types.ModuleType("stopping_helpers")
+    exec("def tidy(model):\n    return model\n\ndef first(model):\n    return tidy(model)\n", vars(quiet))
+    exec("def tidy(model):\n    model.stop_training = True\n\ndef second(model):\n    tidy(model)\n", vars(stopping))
+
+    # the functions reached by name, not through their modules; the harmless one read first (a closure's
+    # variables come in the order of their names), so that the stopping `tidy` is reached second
+    also_stops, quietly = stopping.second, quiet.first
+
+    class CallsBoth(Callback):
+        def on_train_batch_end(self, batch, logs=None):  # noqa: ANN001, ANN201
+            quietly(self.model)
+            also_stops(self.model)
+
+    assert can_stop_training(CallsBoth, Callback)
