@@ -5,6 +5,7 @@ state, the reason an attempt stops when the newest checkpoint is set aside, and 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -61,10 +62,37 @@ def set_aside(plan: Plan) -> str:
             "exactly from the previous one")
 
 
-def waited(writer: Writer, hooks: BackupHooks) -> bool:
-    """Wait for the write in flight, its time told (stop_cost.py); False if a write since the last wait failed."""
-    done = writer.wait()
-    for seconds in done:
+def waited(writer: Writer) -> bool:
+    """Wait for the write in flight; False if a write since the last wait failed."""
+    return None not in writer.wait()
+
+
+def told(write: Callable[[], float | None], hooks: BackupHooks) -> Callable[[], float | None]:
+    """`write`, its time told (stop_cost.py) by the thread that wrote it: the run's stop-cost file is written
+    there, off the training's path."""
+
+    def write_and_tell() -> float | None:
+        seconds = write()
         if seconds is not None and hooks.wrote is not None:
             hooks.wrote(seconds)
-    return None not in done
+        return seconds
+
+    return write_and_tell
+
+
+def ranks_own_write(write: Callable[[], None] | None) -> Callable[[], float | None] | None:
+    """A rank's own file kept beside a checkpoint (epoch_metrics.py), as a write for its writer: None if it failed
+    (said), as a checkpoint's write."""
+    if write is None:
+        return None
+
+    def timed() -> float | None:
+        began = time.monotonic()
+        try:
+            write()
+        except OSError as exc:
+            log().warning(f"this rank's metric states were not kept beside the checkpoint ({exc})")
+            return None
+        return time.monotonic() - began
+
+    return timed

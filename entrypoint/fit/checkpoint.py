@@ -25,7 +25,7 @@ from ..log import get as log
 from ..plan import Plan
 from ..runs import checkpoint_number, newest_checkpoint
 from . import callback_state, checkpoint_files, checkpoint_snapshot, epoch_metrics
-from .backup_hooks import BackupHooks, input_record, restored_at, set_aside, waited
+from .backup_hooks import BackupHooks, input_record, ranks_own_write, restored_at, set_aside, told, waited
 from .checkpoint_tf_keras import TfKerasBackup
 from .saves import distrains_own, remove_path
 
@@ -77,6 +77,7 @@ class Keras3Backup:
         self.hooks = hooks
         self.logged, self.earlier = callback_state.EpochLogs(), callback_state.EpochLogs()
         self.writer = checkpoint_snapshot.Writer(in_background=plan.checkpoint_async)
+        self._layout: checkpoint_snapshot.Layout | None = None  # the model's walk, replayed while it holds
 
     def first_epoch(self, script_initial_epoch: int) -> int:
         """The epochs the newest checkpoint has done, as fit's `initial_epoch` (Keras' `self._initial_epoch or
@@ -133,16 +134,18 @@ class Keras3Backup:
         waited for with `wait` (a stop), `then()` once written; False if it is known to have failed."""
         if self.hooks.before_write is not None and not averaged:
             self.hooks.before_write(position)  # every rank is here: a timed checkpoint, a stop
-        if self.hooks.exact:
-            epoch_metrics.save(self.plan, position, self.model, self.hooks.local_reads)
-        if not self.plan.is_chief:
-            return True  # the chief reads locally: nothing collective for the others to join
+        metrics = epoch_metrics.kept(self.plan, position, self.model, self.hooks.local_reads) \
+            if self.hooks.exact else None
         started = time.monotonic()
         self._waited()  # one write in flight: the one before ends first
+        if not self.plan.is_chief:  # the chief reads locally: nothing collective for the others to join
+            if metrics is not None:
+                self.writer.start(ranks_own_write(metrics))
+            return self._waited() if wait else True
         newest = newest_checkpoint(self.chief_dir)
         prefix = os.path.join(self.chief_dir, f"ckpt-{checkpoint_number(newest) + 1 if newest else 1}")
         with self.hooks.local_reads(), distrains_own():
-            weights = checkpoint_snapshot.take(self.model)
+            weights, self._layout = checkpoint_snapshot.take(self.model, self._layout)
         records, kept_input = callback_state.capture(self.script_callbacks, self.logged), input_record(
             self.hooks, position)
 
@@ -150,6 +153,8 @@ class Keras3Backup:
             os.makedirs(self.chief_dir, mode=0o700, exist_ok=True)
             tmp = os.path.join(self.chief_dir, f".tmp-{os.getpid()}.weights.h5")
             try:
+                if metrics is not None:
+                    metrics()
                 os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))  # private even if killed
                 weights.write(tmp)
                 os.replace(tmp, prefix + ".weights.h5")
@@ -172,13 +177,13 @@ class Keras3Backup:
                 then()
             return seconds
 
-        self.writer.start(write_and_tidy)
+        self.writer.start(told(write_and_tidy, self.hooks))
         if self.hooks.blocked is not None:
             self.hooks.blocked(time.monotonic() - started)
         return self._waited() if wait else True
 
     def _waited(self) -> bool:
-        return waited(self.writer, self.hooks)
+        return waited(self.writer)
 
     def save_now(self, then: Callable[[str], None] | None = None) -> str | None:
         """A checkpoint now, saying where a resume from it starts: a stop's waited for (None if it failed); with

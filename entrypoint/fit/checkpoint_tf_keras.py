@@ -14,7 +14,7 @@ from ..log import get as log
 from ..plan import Plan
 from ..runs import newest_checkpoint
 from . import callback_state, checkpoint_files, checkpoint_snapshot, epoch_metrics
-from .backup_hooks import BackupHooks, input_record, restored_at, set_aside, waited
+from .backup_hooks import BackupHooks, input_record, ranks_own_write, restored_at, set_aside, told, waited
 from .saves import distrains_own
 
 
@@ -65,7 +65,7 @@ class TfKerasBackup:
             self._averaged = False
 
     def on_train_end(self, logs: Any = None) -> None:
-        waited(self.writer, self.hooks)  # tf_keras deletes the checkpoints next
+        waited(self.writer)  # tf_keras deletes the checkpoints next
         self.earlier.put_before(getattr(self.model, "history", None))
         epoch_metrics.remove(self.plan)
         super().on_train_end(logs)
@@ -101,18 +101,21 @@ class TfKerasBackup:
             return
         if self.hooks.before_write is not None and not self._averaged:
             self.hooks.before_write(self._position)  # every rank is here: a timed checkpoint, a stop (stopping.py)
-        if self.hooks.exact:
-            epoch_metrics.save(self.plan, self._position, self.model, self.hooks.local_reads)
+        metrics = epoch_metrics.kept(self.plan, self._position, self.model, self.hooks.local_reads) \
+            if self.hooks.exact else None
         if not self.plan.is_chief:
             # only the chief writes. Under MWM tf_keras has every worker write a copy (to a temp dir it then
             # deletes), because reading an ON_READ variable is a collective all must join; the chief reads
             # them locally instead (compat/adopt.local_reads): metrics, reset at every epoch's start, and
             # the moving statistics, averaged just before. A write costs the others 2 ms, the chief 0.17 s,
             # where every worker writing cost each 0.2 s of CPU (cProfile)
-            self.written = True
+            waited(self.writer)
+            if metrics is not None:
+                self.writer.start(ranks_own_write(metrics))
+            self.written = waited(self.writer) if self._wait else True
             return
         started = time.monotonic()
-        waited(self.writer, self.hooks)  # one write in flight: the one before ends first
+        waited(self.writer)  # one write in flight: the one before ends first
         if self._batch_begun is not None:
             self._training_state._ckpt_saved_batch.assign(self._batch_begun)  # as tf_keras' own hook left it
         manager = self._training_state.write_checkpoint_manager
@@ -126,6 +129,8 @@ class TfKerasBackup:
 
         def write() -> None:  # distrain's records first: the checkpoint is complete once TensorFlow's index is there
             os.makedirs(manager.directory, mode=0o700, exist_ok=True)
+            if metrics is not None:
+                metrics()
             runs.write_position(coming, position, input_record(self.hooks, position))
             records(coming)
             snapshot.write()
@@ -141,10 +146,10 @@ class TfKerasBackup:
                 then()
             return seconds
 
-        self.writer.start(write_and_tidy)
+        self.writer.start(told(write_and_tidy, self.hooks))
         if self.hooks.blocked is not None:
             self.hooks.blocked(time.monotonic() - started)
-        self.written = waited(self.writer, self.hooks) if self._wait else True
+        self.written = waited(self.writer) if self._wait else True
 
     def _restore_the_newest(self) -> str | None:
         """A kill after TensorFlow wrote ckpt-N but before its CheckpointManager recorded it leaves N complete (its

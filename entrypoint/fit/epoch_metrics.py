@@ -34,16 +34,18 @@ def applies(plan: Any) -> bool:
     return bool(plan.checkpoint_dir) and plan.replicas == plan.size
 
 
-def save(plan: Any, position: runs.Position, model: Any,
-         local_reads: Callable[[], contextlib.AbstractContextManager]) -> None:
-    """This rank's metric states at a mid-epoch `position` (every rank calls it, no collective: `local_reads`,
-    Engine.local_reads)."""
+def kept(plan: Any, position: runs.Position, model: Any,
+         local_reads: Callable[[], contextlib.AbstractContextManager]) -> Callable[[], None] | None:
+    """This rank's metric states at a mid-epoch `position`, read now (every rank calls it, no collective:
+    `local_reads`, Engine.local_reads); the file written by the call returned, on the checkpoint's writer (None:
+    nothing to keep)."""
     import tensorflow as tf
 
     states = variables(model) if applies(plan) and position.step > 0 else []
-    if states:
-        values = rank_state.local_values(states, tf, local_reads)
-        rank_state.save(plan.checkpoint_dir, position, plan.rank, plan.size, values, FOLDER)
+    if not states:
+        return None
+    values = rank_state.local_values(states, tf, local_reads)
+    return lambda: rank_state.save(plan.checkpoint_dir, position, plan.rank, plan.size, values, FOLDER)
 
 
 def add_after_first_step(plan: Any, position: runs.Position, model: Any, say: Callable[[str], None],

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,8 +27,9 @@ WRITES_KEPT = 64  # checkpoint writes recorded per attempt (the longest is alway
 
 
 class StopCost:
-    """Told of every step's end (steps.ObservesSteps), every checkpoint's write and the time it held the training
-    (BackupHooks.wrote, .blocked) and every epoch's end after all other callbacks (the fit hook's last callback)."""
+    """Told of every step's end (steps.ObservesSteps), every checkpoint's write (BackupHooks.wrote, by the thread
+    that wrote it) and the time it held the training (.blocked) and every epoch's end after all other callbacks (the
+    fit hook's last callback)."""
 
     def __init__(self, state_dir: str | None, lead: float | None, agree_seconds: float,
                  warn: Callable[[str], None], writes_behind: bool = False) -> None:
@@ -39,26 +41,30 @@ class StopCost:
         self.writes: list[float] = []  # this attempt's checkpoint writes, seconds, in order (the first WRITES_KEPT)
         self.blocks: list[float] = []  # how long each held the training (its snapshot; the write too, in place)
         self.writes_behind = writes_behind  # a write may be in flight when a stop comes: it waits for it
+        self._lock = threading.Lock()  # the writer's thread and the training's both keep figures
 
     def step_ended(self) -> None:
         self.last_step = time.monotonic()
 
     def wrote(self, seconds: float) -> None:
-        if len(self.writes) < WRITES_KEPT:
-            self.writes.append(round(seconds, 4))
-            self.known = {**self.known, "checkpoint_writes": self.writes}
-        self._keep("checkpoint_seconds", seconds, always=len(self.writes) <= WRITES_KEPT)
+        with self._lock:
+            if len(self.writes) < WRITES_KEPT:
+                self.writes.append(round(seconds, 4))
+                self.known = {**self.known, "checkpoint_writes": list(self.writes)}
+            self._keep("checkpoint_seconds", seconds, always=len(self.writes) <= WRITES_KEPT)
 
     def blocked(self, seconds: float) -> None:
-        if len(self.blocks) < WRITES_KEPT:
-            self.blocks.append(round(seconds, 4))
-            self.known = {**self.known, "checkpoint_blocked": self.blocks}
+        with self._lock:
+            if len(self.blocks) < WRITES_KEPT:
+                self.blocks.append(round(seconds, 4))
+                self.known = {**self.known, "checkpoint_blocked": list(self.blocks)}
 
     def epoch_ended(self) -> None:
-        if self.last_step is not None:
-            self._keep("epoch_end_seconds", time.monotonic() - self.last_step)
-        self.last_step = None
-        self._judge()
+        with self._lock:
+            if self.last_step is not None:
+                self._keep("epoch_end_seconds", time.monotonic() - self.last_step)
+            self.last_step = None
+            self._judge()
 
     def _keep(self, name: str, seconds: float, always: bool = False) -> None:
         longer = seconds > self.known.get(name, 0.0)
