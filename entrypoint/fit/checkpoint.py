@@ -78,6 +78,7 @@ class Keras3Backup:
         self.logged, self.earlier = callback_state.EpochLogs(), callback_state.EpochLogs()
         self.writer = checkpoint_snapshot.Writer(in_background=plan.checkpoint_async)
         self._layout: checkpoint_snapshot.Layout | None = None  # the model's walk, replayed while it holds
+        self._number: int | None = None  # the newest checkpoint's N, read from the directory once a fit
 
     def first_epoch(self, script_initial_epoch: int) -> int:
         """The epochs the newest checkpoint has done, as fit's `initial_epoch` (Keras' `self._initial_epoch or
@@ -123,6 +124,7 @@ class Keras3Backup:
 
     def on_train_end(self, logs: Any = None) -> None:
         self._waited()
+        self.writer.close()
         self.earlier.put_before(getattr(self.model, "history", None))
         epoch_metrics.remove(self.plan)
         if self.plan.is_chief:
@@ -142,8 +144,11 @@ class Keras3Backup:
             if metrics is not None:
                 self.writer.start(ranks_own_write(metrics))
             return self._waited() if wait else True
-        newest = newest_checkpoint(self.chief_dir)
-        prefix = os.path.join(self.chief_dir, f"ckpt-{checkpoint_number(newest) + 1 if newest else 1}")
+        if self._number is None:
+            newest = newest_checkpoint(self.chief_dir)
+            self._number = checkpoint_number(newest) if newest else 0
+        self._number += 1
+        prefix = os.path.join(self.chief_dir, f"ckpt-{self._number}")
         with self.hooks.local_reads(), distrains_own():
             weights, self._layout = checkpoint_snapshot.take(self.model, self._layout)
         records, kept_input = callback_state.capture(self.script_callbacks, self.logged), input_record(

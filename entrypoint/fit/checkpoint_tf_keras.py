@@ -66,6 +66,7 @@ class TfKerasBackup:
 
     def on_train_end(self, logs: Any = None) -> None:
         waited(self.writer)  # tf_keras deletes the checkpoints next
+        self.writer.close()
         self.earlier.put_before(getattr(self.model, "history", None))
         epoch_metrics.remove(self.plan)
         super().on_train_end(logs)

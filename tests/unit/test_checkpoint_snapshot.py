@@ -1,7 +1,11 @@
 """A Keras 3 checkpoint off the training's path (entrypoint/fit/checkpoint_snapshot.py): the snapshot holds the
 values of the moment it was taken while training goes on, and the writer makes the file `save_weights` makes."""
 
+import subprocess
+import sys
 import threading
+from collections.abc import Callable
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -12,6 +16,7 @@ from entrypoint.fit.stop_cost import StopCost
 from entrypoint.runs_view import describe_stop_cost
 from entrypoint.tools.hostcheck import checkpoint_memory
 
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.core  # Keras 3.3 and the newest Keras: the store's interface changed between them
 
 
@@ -171,6 +176,42 @@ def test_one_write_in_flight_its_time_read_back_at_the_next_wait():
     writer.start(lambda: None)  # a failed write (a full disk): None
     checkpoint_snapshot.finish_writes(timeout=30)
     assert writer.wait() == [None]
+
+
+def test_one_thread_serves_the_fits_writes_a_failed_one_reported_and_the_next_written():
+    writer, threads = checkpoint_snapshot.Writer(in_background=True), []
+
+    def written(seconds: float) -> Callable[[], float]:
+        return lambda: threads.append(threading.get_ident()) or seconds
+
+    def fails() -> float:
+        raise OSError("No space left on device")
+
+    writer.start(written(0.1))
+    assert writer.wait() == [0.1]
+    writer.start(fails)
+    assert writer.wait() == [None]
+    writer.start(written(0.2))
+    assert writer.wait() == [0.2]
+    assert len(set(threads)) == 1 and threading.get_ident() not in threads
+    writer.close()
+
+
+def test_the_interpreters_exit_waits_for_a_write_in_flight(tmp_path):
+    """The writer's thread is a daemon (an idle one never holds the exit): a script ending while a checkpoint is
+    being written leaves once it is whole."""
+    script = tmp_path / "ends.py"
+    script.write_text(
+        "import time\n"
+        "from entrypoint.fit import checkpoint_snapshot\n"
+        "def write():\n"
+        "    time.sleep(1.0)\n"
+        f"    open({str(tmp_path / 'whole')!r}, 'w').close()\n"
+        "    return 1.0\n"
+        "checkpoint_snapshot.Writer(in_background=True).start(write)\n")
+    ended = subprocess.run([sys.executable, str(script)], cwd=ROOT, timeout=60, capture_output=True, text=True)
+    assert ended.returncode == 0, ended.stderr
+    assert (tmp_path / "whole").exists()
 
 
 def test_in_place_the_write_is_done_on_the_training_thread_before_start_returns():
