@@ -1,21 +1,23 @@
 """The script the checkpoint-vs-disk benchmark runs (benchmarks/suites/checkpoint_vs_disk.py): a model whose
 weights and Adam's two slots make about --mb megabytes, trained under distrain with a timed checkpoint every
---every steps (DISTRAIN_CHECKPOINT_EVERY, set by the suite), and after each of distrain's checkpoints the same
-bytes written raw by this script in the same directory: numpy's save to a temporary file, fsync, rename (the
-disk's own speed, as a careful program writes). So the two writes alternate in one process, on one disk.
+--every steps (DISTRAIN_CHECKPOINT_EVERY, set by the suite), and in each cycle the same bytes written raw by this
+script in the same directory: numpy's save to a temporary file, fsync, rename (the disk's own speed, as a careful
+program writes). So the two writes alternate in one process, on one disk.
 
-    DISTRAIN_CHECKPOINT_EVERY=5 distrain run benchmarks/workers/checkpoint_vs_disk.py --mb 100 --checkpoints 6
+    DISTRAIN_CHECKPOINT_EVERY=8 distrain run benchmarks/workers/checkpoint_vs_disk.py --mb 100 --checkpoints 6
 
-What a checkpoint blocks: the training pauses between a step's end (this script's batch-end hook, which Keras
-runs before distrain's backup writes) and the next step's start; at a checkpoint's step that pause holds the
-checkpoint (the write, or with DISTRAIN_CHECKPOINT_ASYNC=1 its snapshot), elsewhere only the hooks; and the step
-after a snapshot copies the variables it updates (copy on write, fit/checkpoint_snapshot.py). blocked = that pause
-minus the median pause of the steps without one, plus that next step minus the median step. The raw write waits
-for distrain's write in flight first (apart from both: the two writes never share the disk). Prints one line,
-`CKPTDISK {"state_mb", "raw_s": [...], "blocked_s": [...], "pause_s", "step_s", "distrain_s": [...]}`: each raw
-write's seconds, each checkpoint's blocked seconds, the median pause and step, and distrain's own record of each
-write (stop-cost.json's checkpoint_writes, each from its start to its fsync and rename: the first carries Keras'
-save warm-up).
+A cycle of --every steps (8: phases 0-7), distrain's checkpoint after the step of phase 0: its pause (between that
+step's end, this script's batch-end hook, which Keras runs before distrain's backup, and the next step's start)
+holds the snapshot (or with DISTRAIN_CHECKPOINT_ASYNC=0 the whole write); the steps of phases 1 to --every - 3
+run beside the write in flight and copy the variables the snapshot shares (copy on write,
+fit/checkpoint_snapshot.py); before the step of phase --every - 2 the raw write, once distrain's has ended (the two
+never share the disk; that step, after the raw write evicted the caches, is left out); the steps of phases
+--every - 1 and 0 are the baseline. blocked = the checkpoint's pause less the median pause elsewhere, plus each
+step beside the write less the baseline's median step. Prints one line, `CKPTDISK {"state_mb", "raw_s": [...],
+"blocked_s": [...], "held_s", "after_s", "pause_s", "step_s", "distrain_s": [...]}`: each raw write's seconds,
+each checkpoint's blocked seconds (and its two parts: the pause, the steps beside the write), the median pause and
+step, and distrain's own record of each write (stop-cost.json's checkpoint_writes, each from its start to its fsync
+and rename: the first carries Keras' save warm-up).
 """
 
 import argparse
@@ -67,6 +69,22 @@ def raw_write() -> float:
     return time.perf_counter() - started
 
 
+def written() -> list[float]:
+    """distrain's own record of each of its writes (the run's stop-cost.json)."""
+    with open(os.path.join(state_dir, "stop-cost.json")) as kept:
+        return json.load(kept).get("checkpoint_writes", [])
+
+
+def phase(batch: int) -> int:
+    """Where a step is in the cycle of `--every` steps: 0 is the step distrain's checkpoint follows."""
+    return (batch + 1) % args.every
+
+
+AFTER = range(1, args.every - 2)  # the steps after a checkpoint, its write in flight beside them: counted
+RAW = args.every - 2  # the raw write before this step (its time left out: the raw write evicted the caches)
+QUIET = (args.every - 1, 0)  # the steps before the next checkpoint: the baseline
+
+
 class Timing(tf.keras.callbacks.Callback):
     def __init__(self) -> None:
         super().__init__()
@@ -80,7 +98,7 @@ class Timing(tf.keras.callbacks.Callback):
         now = time.perf_counter()
         if self.ended is not None:
             self.pauses[batch - 1] = now - self.ended
-            if batch % args.every == 0 and chief:  # distrain wrote after the previous step: the raw write, apart
+            if phase(batch) == RAW and batch > args.every and chief:  # distrain's write ended first: apart
                 finish_writes()
                 self.raw.append(raw_write())
         self.begun = time.perf_counter()
@@ -94,13 +112,13 @@ timing = Timing()
 model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0, callbacks=[timing])
 if not chief:
     raise SystemExit(0)
-due = {step for step in timing.pauses if (step + 1) % args.every == 0}
-quiet = statistics.median(pause for step, pause in timing.pauses.items() if step not in due)
-step = statistics.median(timing.steps[i] for i in range(len(timing.steps)) if i - 1 not in due)
-blocked = [timing.pauses[i] - quiet + timing.steps[i + 1] - step for i in sorted(due) if i + 1 < len(timing.steps)]
-with open(os.path.join(state_dir, "stop-cost.json")) as kept:
-    written = json.load(kept).get("checkpoint_writes", [])
+due = [c for c in timing.pauses if phase(c) == 0 and c >= args.every - 1 and c + args.every - 2 < len(timing.steps)]
+quiet = statistics.median(pause for c, pause in timing.pauses.items() if phase(c) != 0)
+step = statistics.median(t for b, t in enumerate(timing.steps) if phase(b) in QUIET and b >= args.every)
+held = [timing.pauses[c] - quiet for c in due]  # the snapshot and distrain's other work at the checkpoint
+after = [sum(timing.steps[c + j] - step for j in AFTER) for c in due]  # the steps beside the write
+blocked = [h + a for h, a in zip(held, after)]
 state_mb = sum(a.nbytes for a in state_arrays()) / 1e6
 print("CKPTDISK " + json.dumps({
-    "state_mb": state_mb, "raw_s": timing.raw, "blocked_s": blocked, "pause_s": quiet, "step_s": step,
-    "distrain_s": written}), flush=True)
+    "state_mb": state_mb, "raw_s": timing.raw, "blocked_s": blocked, "held_s": held, "after_s": after,
+    "pause_s": quiet, "step_s": step, "distrain_s": written()}), flush=True)
