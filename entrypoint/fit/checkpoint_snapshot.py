@@ -26,7 +26,6 @@ import contextlib
 import glob
 import os
 import queue
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -41,10 +40,6 @@ KNOWN_OPTIMIZER_SAVE = ("enumerate", "variables", "numpy", "str")  # `store[str(
 TF_WRITES = ("tensorflow.python.ops.io_ops:save_v2", "tensorflow.python.ops.gen_io_ops:merge_v2_checkpoints",
              "tensorflow.python.checkpoint.checkpoint_management:update_checkpoint_state_internal",
              "tensorflow.python.checkpoint.checkpoint_management:_delete_file_if_exists")
-# While a write is in flight, how soon the thread holding the GIL hands it to one waiting (Python's default: 5 ms).
-# The writer's Python (Keras' store, h5py) holds it in turns; the training thread, back from a step, waited for
-# the turn: the step after a 10 MB checkpoint took 0.7-1.3 ms longer, 0.2-0.4 ms at this interval.
-WRITE_SWITCH_INTERVAL = 0.0005
 EXIT_WAIT_SECONDS = 300.0  # how long a process leaving at once (os._exit) waits for a checkpoint being written
 _IN_FLIGHT: set[threading.Event] = set()  # each set once its write has ended
 _EXIT_WAIT_REGISTERED = False
@@ -286,16 +281,12 @@ class Writer:
             write, written = self._writes.get()
             if write is None:
                 return
-            before = sys.getswitchinterval()
-            sys.setswitchinterval(min(before, WRITE_SWITCH_INTERVAL))
             try:
                 self._done.append(write())
             except Exception as exc:  # noqa: BLE001 - the thread serves the fit's next writes
                 log().warning(f"a checkpoint's write failed ({type(exc).__name__}: {exc})")
                 self._done.append(None)
             finally:
-                if sys.getswitchinterval() == min(before, WRITE_SWITCH_INTERVAL):  # unless the script set its own
-                    sys.setswitchinterval(before)
                 _IN_FLIGHT.discard(written)
                 written.set()
 
