@@ -30,8 +30,9 @@ SIZES_MB = {"10 MB": 10, "100 MB": 100, "1 GB": 1000}
 MODES = {"single": [DISTRAIN, "run"], "mwm x2": [DISTRAIN, "launch", "-n", "2"],
          "horovod x2": [*MPIRUN, DISTRAIN, "run"]}
 EVERY = 8  # steps between checkpoints: 5 beside the write, 1 after the raw write, 2 the baseline (the worker's)
-# repetitions of the 10 MB model, times --reps: its checkpoint holds the training about 3 ms against a 20 ms raw
-# write, where a step's own jitter is a millisecond or two (5 repetitions' medians ranged 0.10-0.31 in one day)
+# repetitions of the 10 MB model, times --reps: its checkpoint costs the training a few ms against a 20 ms raw
+# write, where a step's own jitter is a millisecond or two (5 repetitions' medians of the step after the snapshot
+# ranged 0.10-0.31 in one hour)
 SMALL_REPS_FACTOR = 4
 
 

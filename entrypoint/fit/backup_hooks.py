@@ -80,11 +80,9 @@ def told(write: Callable[[], float | None], hooks: BackupHooks) -> Callable[[], 
     return write_and_tell
 
 
-def ranks_own_write(write: Callable[[], None] | None) -> Callable[[], float | None] | None:
+def ranks_own_write(write: Callable[[], None]) -> Callable[[], float | None]:
     """A rank's own file kept beside a checkpoint (epoch_metrics.py), as a write for its writer: None if it failed
     (said), as a checkpoint's write."""
-    if write is None:
-        return None
 
     def timed() -> float | None:
         began = time.monotonic()

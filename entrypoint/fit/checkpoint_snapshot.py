@@ -122,18 +122,17 @@ def _walked(model: Any) -> tuple[Snapshot, list[tuple[str, Any, list[tuple[str, 
     import tensorflow as tf
 
     snapshot = Snapshot()
-    groups: list[tuple[str, Any, list[tuple[str, Any]]]] | None = []
+    only_variables = True
 
     class Entry(dict):
-        def __init__(self, variables: list[tuple[str, Any]]) -> None:
+        def __init__(self) -> None:
             super().__init__()
-            self.variables = variables
+            self.variables: list[tuple[str, Any]] = []
 
         def __setitem__(self, name: str, value: Any) -> None:
-            nonlocal groups
+            nonlocal only_variables
             value = getattr(value, "value", value)  # a Keras variable: its TensorFlow (or distributed) variable
-            if not isinstance(value, tf.Variable):
-                groups = None
+            only_variables = only_variables and isinstance(value, tf.Variable)
             if not isinstance(value, (tf.Variable, tf.Tensor)):
                 super().__setitem__(name, _copied(value))
                 return
@@ -145,11 +144,8 @@ def _walked(model: Any) -> tuple[Snapshot, list[tuple[str, Any, list[tuple[str, 
             pass
 
         def make(self, path: str, metadata: Any = None) -> Entry:
-            variables: list[tuple[str, Any]] = []
-            entry = Entry(variables)
+            entry = Entry()
             snapshot.groups.append((path, metadata, entry))
-            if groups is not None:
-                groups.append((path, metadata, variables))
             return entry
 
         def close(self) -> None:
@@ -159,7 +155,9 @@ def _walked(model: Any) -> tuple[Snapshot, list[tuple[str, Any, list[tuple[str, 
     with registry.replaced("checkpoint_snapshot.h5_store", H5_STORE, Recorder) as snapshot.store, \
             registry.replaced("checkpoint_snapshot.h5_store", OPTIMIZER_SAVE, make=_variables_not_copies):
         model.save_weights(os.path.join(os.sep, "distrain-snapshot.weights.h5"))  # a name it checks, never opened
-    return snapshot, groups
+    if not only_variables:
+        return snapshot, None
+    return snapshot, [(path, metadata, entry.variables) for path, metadata, entry in snapshot.groups]
 
 
 def _variables_not_copies(original: Callable[..., Any]) -> Callable[..., Any]:
